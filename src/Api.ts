@@ -1,0 +1,78 @@
+/** The whole Hookline contract as one HttpApi: the server, the client and /openapi.json derive from it. */
+import { HttpApi, OpenApi } from "@effect/platform"
+import { AdminApi } from "./Admin/Api.js"
+import {
+  InternalErrorWire,
+  NotFoundWire,
+  PayloadTooLargeWire,
+  ValidationFailedWire
+} from "./Errors.js"
+import { HooksApi } from "./Hooks/Api.js"
+import { WalletApi } from "./Ledger/Api.js"
+import { PredictApi, UploadApi } from "./Predictions/Api.js"
+import { SystemApi } from "./System/Api.js"
+import { WebhooksApi } from "./Webhooks/Api.js"
+
+export class HooklineApi extends HttpApi.make("hookline")
+  .add(WalletApi)
+  .add(HooksApi)
+  .add(PredictApi)
+  .add(UploadApi)
+  .add(WebhooksApi)
+  .add(AdminApi)
+  .add(SystemApi)
+  .addError(ValidationFailedWire)
+  .addError(NotFoundWire)
+  .addError(PayloadTooLargeWire)
+  .addError(InternalErrorWire)
+  .annotate(OpenApi.Title, "Hookline API")
+  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(
+    OpenApi.Description,
+    "A metered API: a credit wallet, a searchable catalog of scored short-form video hooks, clip scoring and account webhooks. " +
+      "Every /v1 request carries `Authorization: Bearer hkl_live_…`. Errors share one envelope " +
+      "`{ error: { type, message, request_id } }`; every response carries X-Request-Id."
+  )
+  .annotate(OpenApi.Transform, (spec) => dropFrameworkDecodeError(spec))
+{}
+
+interface ResponseObject {
+  description?: string
+  content?: { "application/json"?: { schema?: { $ref?: string; anyOf?: Array<{ $ref?: string }> } } }
+}
+
+const decodeErrorRef = "#/components/schemas/HttpApiDecodeError"
+
+/**
+ * The framework lists its own 400 decode error on every route; Hookline answers those as 422
+ * validation_error, so the 400 entry keeps only Hookline's own 400s (invalid_cursor and the
+ * upload's authorization_not_allowed). Two errors sharing 403 get one description.
+ */
+const dropFrameworkDecodeError = (spec: Record<string, unknown>): Record<string, unknown> => {
+  const paths = spec.paths as Record<string, Record<string, { responses?: Record<string, ResponseObject> }>>
+  for (const operations of Object.values(paths)) {
+    for (const operation of Object.values(operations)) {
+      const responses = operation.responses
+      if (responses === undefined) continue
+      const bad = responses["400"]?.content?.["application/json"]?.schema
+      if (bad !== undefined) {
+        if (bad.$ref === decodeErrorRef) {
+          delete responses["400"]
+        } else if (bad.anyOf !== undefined) {
+          const rest = bad.anyOf.filter((option) => option.$ref !== decodeErrorRef)
+          responses["400"] = {
+            description: "Invalid cursor, or a forbidden Authorization header on the upload.",
+            content: { "application/json": { schema: rest.length === 1 ? rest[0] : { anyOf: rest } } }
+          }
+        }
+      }
+      const forbidden = responses["403"]?.content?.["application/json"]?.schema
+      if (forbidden?.anyOf !== undefined && responses["403"] !== undefined) {
+        responses["403"].description = "account_suspended: the account is suspended; api_not_enabled: the plan has no API access or the key lacks the route's scope."
+      }
+    }
+  }
+  const components = spec.components as { schemas?: Record<string, unknown> } | undefined
+  if (components?.schemas !== undefined) delete components.schemas["HttpApiDecodeError"]
+  return spec
+}

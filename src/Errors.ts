@@ -1,0 +1,123 @@
+/**
+ * Every error the API can answer with, as a Schema-typed class plus its wire form.
+ *
+ * A domain error is a plain `Schema.TaggedError` with a message. Its *wire* schema encodes
+ * it as the contract's envelope `{ error: { type, message, request_id } }` with its HTTP
+ * status, and decodes the envelope back into the class so the typed client gets instances.
+ */
+import { HttpApiSchema } from "@effect/platform"
+import { Context, Effect, ParseResult, Schema } from "effect"
+
+/** The id of the request being served; the request-id middleware provides it. */
+export class RequestId extends Context.Reference<RequestId>()("hookline/RequestId", {
+  defaultValue: () => "req_unknown"
+}) {}
+
+const envelopeBody = (type: string) =>
+  Schema.Struct({
+    error: Schema.Struct({
+      type: Schema.Literal(type),
+      message: Schema.String,
+      request_id: Schema.String
+    })
+  })
+
+type MessageError<A, I> = Schema.Schema<A, I> & {
+  new(props: { readonly message: string }): A
+}
+
+const envelope = <A extends { readonly message: string }, I>(
+  errorClass: MessageError<A, I>,
+  type: string,
+  status: number,
+  description: string
+) =>
+  Schema.transformOrFail(envelopeBody(type), Schema.typeSchema(errorClass), {
+    strict: true,
+    decode: (body) => ParseResult.succeed(new errorClass({ message: body.error.message })),
+    encode: (error) =>
+      Effect.map(RequestId, (request_id) => ({ error: { type, message: error.message, request_id } }))
+  }).annotations({
+    ...HttpApiSchema.annotations({ status }),
+    identifier: `Error_${type}`,
+    description
+  })
+
+export class InvalidCursor extends Schema.TaggedError<InvalidCursor>()("InvalidCursor", {
+  message: Schema.String
+}) {}
+export const InvalidCursorWire = envelope(InvalidCursor, "invalid_cursor", 400, "The cursor is malformed, altered, or from another query.")
+
+export class InvalidApiKey extends Schema.TaggedError<InvalidApiKey>()("InvalidApiKey", {
+  message: Schema.String
+}) {}
+export const InvalidApiKeyWire = envelope(InvalidApiKey, "invalid_api_key", 401, "Missing or invalid API key, or a key sent in the query string.")
+
+export class InsufficientCredits extends Schema.TaggedError<InsufficientCredits>()("InsufficientCredits", {
+  message: Schema.String
+}) {}
+export const InsufficientCreditsWire = envelope(InsufficientCredits, "insufficient_credits", 402, "The wallet holds fewer credits than this request reserves.")
+
+export class ApiNotEnabled extends Schema.TaggedError<ApiNotEnabled>()("ApiNotEnabled", {
+  message: Schema.String
+}) {}
+export const ApiNotEnabledWire = envelope(ApiNotEnabled, "api_not_enabled", 403, "The account's plan has no API access, or the key lacks the scope this route needs.")
+
+export class AccountSuspended extends Schema.TaggedError<AccountSuspended>()("AccountSuspended", {
+  message: Schema.String
+}) {}
+export const AccountSuspendedWire = envelope(AccountSuspended, "account_suspended", 403, "The account is suspended.")
+
+export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {
+  message: Schema.String
+}) {}
+export const NotFoundWire = envelope(NotFound, "not_found", 404, "No such resource, or not visible to this key.")
+
+export class ValidationFailed extends Schema.TaggedError<ValidationFailed>()("ValidationFailed", {
+  message: Schema.String
+}) {}
+export const ValidationFailedWire = envelope(ValidationFailed, "validation_error", 422, "The request is malformed or a parameter breaks its rule; the message names it.")
+
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", {
+  message: Schema.String
+}) {}
+export const PayloadTooLargeWire = envelope(PayloadTooLarge, "payload_too_large", 413, "The request body is larger than allowed.")
+
+export class RateLimitExceeded extends Schema.TaggedError<RateLimitExceeded>()("RateLimitExceeded", {
+  message: Schema.String
+}) {}
+export const RateLimitExceededWire = envelope(RateLimitExceeded, "rate_limit_exceeded", 429, "Too many requests; see Retry-After and the RateLimit headers.")
+
+export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", {
+  message: Schema.String
+}) {}
+export const InternalErrorWire = envelope(InternalError, "internal_error", 500, "An unexpected server error; the request id identifies it in the logs.")
+
+export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", {
+  message: Schema.String
+}) {}
+export const ServiceUnavailableWire = envelope(ServiceUnavailable, "service_unavailable", 503, "The service is not ready (database unreachable or not migrated).")
+
+// Upload PUT errors (decisions.md, "Predictions").
+export class AuthorizationNotAllowed extends Schema.TaggedError<AuthorizationNotAllowed>()("AuthorizationNotAllowed", {
+  message: Schema.String
+}) {}
+export const AuthorizationNotAllowedWire = envelope(AuthorizationNotAllowed, "authorization_not_allowed", 400, "The upload PUT must not carry an Authorization header.")
+
+export class UploadAlreadyUsed extends Schema.TaggedError<UploadAlreadyUsed>()("UploadAlreadyUsed", {
+  message: Schema.String
+}) {}
+export const UploadAlreadyUsedWire = envelope(UploadAlreadyUsed, "upload_already_used", 409, "The one-time upload link was already used.")
+
+export class UploadExpired extends Schema.TaggedError<UploadExpired>()("UploadExpired", {
+  message: Schema.String
+}) {}
+export const UploadExpiredWire = envelope(UploadExpired, "upload_expired", 410, "The upload link has expired.")
+
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", {
+  message: Schema.String
+}) {}
+export const UnsupportedMediaTypeWire = envelope(UnsupportedMediaType, "unsupported_media_type", 415, "The file is not an MP4, MOV or WebM video.")
+
+/** The errors any /v1 route may answer with once its key is accepted. */
+export type AccessError = InvalidApiKey | AccountSuspended | ApiNotEnabled | RateLimitExceeded

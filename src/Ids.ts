@@ -1,0 +1,13 @@
+/** Identifiers: a prefix plus the 32 hex characters of a UUIDv7 (time-ordered, append-only indexes). */
+import { createHash, randomBytes } from "node:crypto"
+
+export type IdPrefix = "hook" | "pred" | "upl" | "evt" | "acct" | "key" | "req" | "txn" | "hold" | "dlv"
+
+export const newId = (prefix: IdPrefix): string => `${prefix}_${Bun.randomUUIDv7().replaceAll("-", "")}`
+
+export const idPattern = (prefix: IdPrefix): RegExp => new RegExp(`^${prefix}_[0-9a-f]{32}$`)
+
+export const sha256Hex = (value: string): string => createHash("sha256").update(value).digest("hex")
+
+/** `bytes` of randomness as URL-safe base64 (no padding). */
+export const randomToken = (bytes: number): string => randomBytes(bytes).toString("base64url")

@@ -1,0 +1,100 @@
+/**
+ * The database: one @effect/sql-pg client, on DATABASE_URL when set, else on the embedded
+ * PGlite. Migrations run when the layer is built, so the app only starts on a migrated schema.
+ */
+import { BunContext } from "@effect/platform-bun"
+import { SqlError } from "@effect/sql/SqlError"
+import { PgClient, PgMigrator } from "@effect/sql-pg"
+import { Context, Duration, Effect, Layer, Option, ParseResult, Redacted } from "effect"
+import { fileURLToPath } from "node:url"
+import Pg from "pg"
+import { ServerConfig } from "./Config.js"
+import { embeddedPool } from "./EmbeddedDb.js"
+
+/** How the database is reached; background work polls instead of LISTEN in embedded mode. */
+export class DatabaseMode extends Context.Tag("hookline/DatabaseMode")<DatabaseMode, {
+  readonly embedded: boolean
+  readonly dataDir: string
+}>() {}
+
+// int8 and numeric come back from pg as strings; Hookline's amounts fit in a double.
+const INT8_OID = 20
+const NUMERIC_OID = 1700
+const types: Pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === INT8_OID || oid === NUMERIC_OID
+      ? (value: string) => Number(value)
+      : Pg.types.getTypeParser(oid, format ?? "text")) as Pg.CustomTypesConfig["getTypeParser"]
+}
+
+/** The pg pool under the client, for its usage metrics (total, idle and waiting connections). */
+export class DbPool extends Context.Tag("hookline/DbPool")<DbPool, Pg.Pool>() {}
+
+/** A pool on DATABASE_URL, checked with one query at start (as PgClient.layer does). */
+const networkPool = (url: Redacted.Redacted, max: number) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const pool = new Pg.Pool({ connectionString: Redacted.value(url), max, types, application_name: "hookline" })
+      // An idle connection's error (server restart): the pool drops it and reconnects on demand.
+      pool.on("error", () => {})
+      return pool
+    }),
+    (pool) => Effect.promise(() => pool.end()).pipe(Effect.timeoutOption(1000))
+  ).pipe(
+    Effect.tap((pool) =>
+      Effect.tryPromise({
+        try: () => pool.query("SELECT 1"),
+        catch: (cause) => new SqlError({ cause, message: "PgClient: Failed to connect" })
+      }).pipe(
+        Effect.timeoutFail({
+          duration: Duration.seconds(5),
+          onTimeout: () => new SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
+        })
+      )
+    )
+  )
+
+const ClientLive = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const config = yield* ServerConfig
+    const mode = Layer.succeed(DatabaseMode, {
+      embedded: Option.isNone(config.databaseUrl),
+      dataDir: config.dataDir
+    })
+    const pool = Layer.scoped(
+      DbPool,
+      Option.match(config.databaseUrl, {
+        onNone: () =>
+          embeddedPool(config.dataDir, types).pipe(
+            Effect.catchTag("DataDirLocked", (locked) => new SqlError({ cause: locked, message: locked.message }))
+          ),
+        onSome: (url) => networkPool(url, config.pgMaxConnections)
+      })
+    )
+    const client = Layer.unwrapEffect(
+      Effect.map(DbPool, (built) => PgClient.layerFromPool({ acquire: Effect.succeed(built), types }))
+    )
+    return Layer.merge(client.pipe(Layer.provideMerge(pool)), mode)
+  })
+)
+
+export const migrationsDirectory = fileURLToPath(new URL("../migrations", import.meta.url))
+
+const MigratorLive = PgMigrator.layer({ loader: PgMigrator.fromFileSystem(migrationsDirectory) }).pipe(
+  Layer.provide(BunContext.layer)
+)
+
+/** SqlClient + PgClient + DbPool + DatabaseMode, on a migrated schema. */
+export const SqlLive = MigratorLive.pipe(Layer.provideMerge(ClientLive))
+
+/**
+ * Database and row-decoding failures are defects to the API: they never appear in a handler's
+ * error type, become a logged 500, and roll back any transaction they happen in.
+ */
+export const orDieOnDb = <A, E, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, Exclude<E, SqlError | ParseResult.ParseError>, R> =>
+  Effect.catchAll(effect, (error) =>
+    error instanceof SqlError || ParseResult.isParseError(error)
+      ? Effect.die(error)
+      : Effect.fail(error as Exclude<E, SqlError | ParseResult.ParseError>))

@@ -1,0 +1,31 @@
+/** Liveness and readiness probes, and the Prometheus scrape endpoint. */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { ServiceUnavailableWire } from "../Errors.js"
+
+export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotations({ identifier: "Health" })
+
+export class SystemApi extends HttpApiGroup.make("system")
+  .add(
+    HttpApiEndpoint.get("healthz", "/healthz")
+      .addSuccess(Health)
+      .annotate(OpenApi.Summary, "Liveness: the process is up")
+  )
+  .add(
+    HttpApiEndpoint.get("readyz", "/readyz")
+      .addSuccess(Health)
+      .addError(ServiceUnavailableWire)
+      .annotate(OpenApi.Summary, "Readiness: the database answers and migrations are applied")
+  )
+  .add(
+    HttpApiEndpoint.get("metrics", "/metrics")
+      .addSuccess(HttpApiSchema.Text({ contentType: "text/plain; version=0.0.4; charset=utf-8" }))
+      .annotate(OpenApi.Summary, "Prometheus metrics of this process (no API key; keep it on the private network)")
+      .annotate(
+        OpenApi.Description,
+        "Request counts and latency histograms by route and status, credits charged by operation, prediction jobs by " +
+          "state, queue depth and age, webhook attempts by outcome and database pool usage, in the Prometheus text format."
+      )
+  )
+  .annotate(OpenApi.Title, "System")
+{}

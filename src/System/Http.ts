@@ -1,0 +1,40 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+import { readdirSync } from "node:fs"
+import { HooklineApi } from "../Api.js"
+import { ServiceUnavailable } from "../Errors.js"
+import { Metrics } from "../Observability/Metrics.js"
+import { migrationsDirectory } from "../Sql.js"
+
+/** The highest migration id shipped with this build; /readyz wants the database at least there. */
+const latestMigrationId = Math.max(
+  0,
+  ...readdirSync(migrationsDirectory).flatMap((file) => {
+    const match = /^(\d+)_[^.]+\.(js|ts)$/.exec(file)
+    return match === null ? [] : [Number(match[1])]
+  })
+)
+
+export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handlers) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const metrics = yield* Metrics
+    return handlers
+      .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
+      .handle("metrics", () => metrics.scrape)
+      .handle("readyz", () =>
+        sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM effect_sql_migrations`.pipe(
+          Effect.timeout("2 seconds"),
+          Effect.flatMap((rows) =>
+            (rows[0]?.latest ?? 0) >= latestMigrationId
+              ? Effect.succeed({ status: "ok" as const })
+              : new ServiceUnavailable({ message: "Database migrations are not applied yet." })
+          ),
+          Effect.catchTags({
+            SqlError: () => new ServiceUnavailable({ message: "The database does not answer." }),
+            TimeoutException: () => new ServiceUnavailable({ message: "The database does not answer." })
+          })
+        ))
+  })
+)
