@@ -1,0 +1,188 @@
+/** The operators' contract: accounts, keys, credits and the catalog, under /admin. */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { Plan, Scope } from "../Auth/Api.js"
+import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire } from "../Errors.js"
+import { HookCategoryList } from "../Hooks/Api.js"
+import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
+import { CreditTransactionList, TransactionParams, transactionsDescription, Wallet } from "../Ledger/Api.js"
+import { strict, Timestamp } from "../Schemas.js"
+
+
+const Credits = Schema.Int.pipe(Schema.nonNegative())
+
+export const Account = Schema.Struct({
+  object: Schema.Literal("account"),
+  id: Schema.String,
+  name: Schema.NullOr(Schema.String),
+  plan: Plan,
+  api_access: Schema.Boolean,
+  suspended: Schema.Boolean,
+  monthly_grant: Schema.Int,
+  wallet: Wallet
+}).annotations({ identifier: "Account" })
+export type Account = typeof Account.Type
+
+export const CreateAccount = Schema.Struct({
+  name: Schema.optional(Schema.String.pipe(Schema.maxLength(200))),
+  plan: Plan,
+  monthly_grant: Schema.optional(Credits),
+  monthly_balance: Schema.optional(Credits),
+  topup_balance: Schema.optional(Credits)
+}).annotations({ ...strict, identifier: "CreateAccount" })
+export type CreateAccount = typeof CreateAccount.Type
+
+export const UpdateAccount = Schema.Struct({
+  plan: Schema.optional(Plan),
+  suspended: Schema.optional(Schema.Boolean)
+}).annotations({ ...strict, identifier: "UpdateAccount" })
+export type UpdateAccount = typeof UpdateAccount.Type
+
+export const CreateKey = Schema.Struct({
+  scopes: Schema.optional(Schema.Array(Scope))
+}).annotations({ ...strict, identifier: "CreateKey" })
+
+export const ApiKeyCreated = Schema.Struct({
+  object: Schema.Literal("api_key"),
+  id: Schema.String,
+  api_key: Schema.String,
+  scopes: Schema.Array(Scope),
+  created_at: Timestamp
+}).annotations({ identifier: "ApiKeyCreated" })
+export type ApiKeyCreated = typeof ApiKeyCreated.Type
+
+export const ApiKeyRevoked = Schema.Struct({
+  object: Schema.Literal("api_key"),
+  id: Schema.String,
+  revoked: Schema.Literal(true)
+}).annotations({ identifier: "ApiKeyRevoked" })
+
+export const Bucket = Schema.Literal("monthly", "topup")
+export type Bucket = typeof Bucket.Type
+
+export const GrantCredits = Schema.Struct({
+  bucket: Bucket,
+  amount: Schema.Int.pipe(Schema.positive()),
+  reason: Schema.optional(Schema.String.pipe(Schema.maxLength(500))),
+  reference: Schema.optional(
+    Schema.String.pipe(
+      Schema.pattern(/^[\x20-\x7E]{1,255}$/, { message: () => "must be 1 to 255 printable ASCII characters" })
+    ).annotations({
+      description: "The billing system's own id for this grant (an invoice or payment id), unique per account: " +
+        "a second grant with the same reference, bucket and amount credits nothing and answers the wallet; " +
+        "with another bucket or amount it is 422. Shown as reference.id in the credit history."
+    })
+  )
+}).annotations({ ...strict, identifier: "GrantCredits" })
+export type GrantCredits = typeof GrantCredits.Type
+
+export const CategoryInput = Schema.Struct({
+  slug: Schema.String.pipe(
+    Schema.minLength(1),
+    Schema.maxLength(64),
+    Schema.pattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/)
+  ),
+  name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))
+}).annotations(strict)
+export const PutCategories = Schema.Array(CategoryInput).annotations({ identifier: "PutCategories" })
+
+export const ImportResult = Schema.Struct({
+  object: Schema.Literal("import_result"),
+  inserted: Schema.Int,
+  updated: Schema.Int,
+  rejected_count: Schema.Int.annotations({ description: "Every record rejected." }),
+  rejected: Schema.Array(Schema.Struct({ index: Schema.Int, message: Schema.String })).annotations({
+    description: "The first 1,000 rejected records: index is the 1-based line number for NDJSON, the 0-based array position for a JSON array."
+  })
+}).annotations({ identifier: "ImportResult" })
+export type ImportResult = typeof ImportResult.Type
+
+export class AdminAuthentication extends HttpApiMiddleware.Tag<AdminAuthentication>()("hookline/AdminAuthentication", {
+  failure: Schema.Union(InvalidApiKeyWire, NotFoundWire),
+  security: { adminToken: HttpApiSecurity.bearer }
+}) {}
+
+const accountIdParam = HttpApiSchema.param("id", Schema.String)
+const keyIdParam = HttpApiSchema.param("id", Schema.String)
+
+export class AdminApi extends HttpApiGroup.make("admin")
+  .add(
+    HttpApiEndpoint.post("createAccount", "/accounts")
+      .setPayload(CreateAccount)
+      .addSuccess(Account)
+      .annotate(OpenApi.Summary, "Create an account")
+      .annotate(OpenApi.Transform, acceptsIdempotencyKey)
+  )
+  .add(
+    HttpApiEndpoint.get("getAccount")`/accounts/${accountIdParam}`
+      .addSuccess(Account)
+      .annotate(OpenApi.Summary, "Get an account")
+  )
+  .add(
+    HttpApiEndpoint.patch("updateAccount")`/accounts/${accountIdParam}`
+      .setPayload(UpdateAccount)
+      .addSuccess(Account)
+      .annotate(OpenApi.Summary, "Change an account's plan or suspension")
+  )
+  .add(
+    HttpApiEndpoint.post("createKey")`/accounts/${accountIdParam}/keys`
+      .setPayload(CreateKey)
+      .addSuccess(ApiKeyCreated)
+      .annotate(OpenApi.Summary, "Create an API key")
+      .annotate(
+        OpenApi.Description,
+        "The plain key is in this answer only (and in its replay to the same Idempotency-Key). Scopes default to all three."
+      )
+      .annotate(OpenApi.Transform, acceptsIdempotencyKey)
+  )
+  .add(
+    HttpApiEndpoint.del("revokeKey")`/keys/${keyIdParam}`
+      .addSuccess(ApiKeyRevoked)
+      .annotate(OpenApi.Summary, "Revoke an API key")
+  )
+  .add(
+    HttpApiEndpoint.post("grantCredits")`/accounts/${accountIdParam}/credits`
+      .setPayload(GrantCredits)
+      .addSuccess(Wallet)
+      .annotate(OpenApi.Summary, "Grant credits")
+      .annotate(
+        OpenApi.Description,
+        "Adds credits to one bucket and answers the wallet. A billing system makes a retry safe with an " +
+          "Idempotency-Key header, or with `reference` (checked by the ledger itself, forever rather than 24 hours)."
+      )
+      .annotate(OpenApi.Transform, acceptsIdempotencyKey)
+  )
+  .add(
+    HttpApiEndpoint.get("listTransactions")`/accounts/${accountIdParam}/transactions`
+      .setUrlParams(TransactionParams)
+      .addSuccess(CreditTransactionList)
+      .addError(InvalidCursorWire)
+      .annotate(OpenApi.Summary, "List an account's credit transactions")
+      .annotate(OpenApi.Description, transactionsDescription)
+  )
+  .add(
+    HttpApiEndpoint.put("putCategories", "/catalog/categories")
+      .setPayload(PutCategories)
+      .addSuccess(HookCategoryList)
+      .annotate(OpenApi.Summary, "Replace the category list")
+  )
+  .add(
+    HttpApiEndpoint.post("importHooks", "/catalog/hooks")
+      .addSuccess(ImportResult)
+      .annotate(OpenApi.Summary, "Import hooks")
+      .annotate(
+        OpenApi.Description,
+        "A JSON array (Content-Type application/json), or NDJSON (application/x-ndjson, one hook per line; blank lines " +
+          "are skipped), of hooks in the HookRich shape. `id` is optional: when absent it is derived from platform + " +
+          "source_url (hook_ + the first 32 hex of their SHA-256), so importing the same source again updates the hook " +
+          "instead of duplicating it. Nullable fields may be left out (null); unknown fields are rejected; text is 1 to 500 " +
+          "characters. The body is streamed and written in batches as it arrives, so records before a rejected one are kept. " +
+          "Rejected records are reported with their index: the 1-based line number for NDJSON, the 0-based array position " +
+          "for a JSON array. Unlike the other admin POSTs it takes no Idempotency-Key (the body is streamed, not kept): " +
+          "a retried import upserts the same hooks again, so it is safe to repeat."
+      )
+  )
+  .middleware(AdminAuthentication)
+  .prefix("/admin")
+  .annotate(OpenApi.Title, "Admin")
+{}

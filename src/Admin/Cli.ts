@@ -1,0 +1,214 @@
+/**
+ * The admin CLI: `npm run admin -- <command>`. Each command prints one JSON object on stdout
+ * (progress goes to stderr).
+ *
+ * Every command goes through the admin API, so there is one implementation of each operation:
+ * - when a server holds the embedded data directory, the CLI calls that running server;
+ * - otherwise it serves the API in its own process on a loopback port (no background work)
+ *   against DATABASE_URL or the embedded database, and calls that.
+ */
+import { FetchHttpClient, HttpServer } from "@effect/platform"
+import { BunHttpServer } from "@effect/platform-bun"
+import { ConfigProvider, Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { randomBytes } from "node:crypto"
+import { existsSync, readFileSync } from "node:fs"
+import { join } from "node:path"
+import { parseArgs } from "node:util"
+import { appLayer } from "../App.js"
+import { loadServerSecrets, ServerConfig } from "../Config.js"
+import { makeHooklineClient } from "../client.js"
+import { dataDirHolder } from "../EmbeddedDb.js"
+import { SqlLive } from "../Sql.js"
+import type { Plan, Scope } from "../Auth/Api.js"
+
+const usage = `Usage: npm run admin -- <command>
+  migrate
+  accounts create --plan <plan> [--name N] [--monthly-grant N] [--monthly-balance N] [--topup-balance N]
+  accounts get <account_id>
+  accounts update <account_id> [--plan <plan>] [--suspended true|false]
+  keys create <account_id> [--scopes hooks:read,predict:write,webhooks:write]
+  keys revoke <key_id>
+  credits grant <account_id> --bucket monthly|topup --amount N [--reason R] [--reference R]
+  transactions <account_id> [--limit N] [--cursor C]
+  (every POST also takes --idempotency-key K)
+  catalog categories <file.json>        (a JSON array of { slug, name })
+  catalog import <file.json|file.ndjson>`
+
+class UsageError extends Error {}
+
+const { positionals, values } = parseArgs({
+  args: process.argv.slice(2),
+  allowPositionals: true,
+  options: {
+    plan: { type: "string" },
+    name: { type: "string" },
+    "monthly-grant": { type: "string" },
+    "monthly-balance": { type: "string" },
+    "topup-balance": { type: "string" },
+    suspended: { type: "string" },
+    scopes: { type: "string" },
+    bucket: { type: "string" },
+    amount: { type: "string" },
+    reason: { type: "string" },
+    reference: { type: "string" },
+    "idempotency-key": { type: "string" },
+    limit: { type: "string" },
+    cursor: { type: "string" },
+    count: { type: "string" },
+    help: { type: "boolean" }
+  }
+})
+
+const int = (name: string, value: string | undefined) => {
+  if (value === undefined) return undefined
+  const parsed = Number(value)
+  if (!Number.isInteger(parsed)) throw new UsageError(`--${name} must be an integer`)
+  return parsed
+}
+const arg = (index: number, what: string) => {
+  const value = positionals[index]
+  if (value === undefined) throw new UsageError(`missing ${what}`)
+  return value
+}
+
+/** Where the admin API is: the running server's, or one this process serves itself. */
+const adminEndpoint = Effect.gen(function*() {
+  const config = yield* ServerConfig
+  const holder = Option.isNone(config.databaseUrl) ? dataDirHolder(config.dataDir) : null
+  const serverFile = join(config.dataDir, "server.json")
+  if (holder !== null && existsSync(serverFile)) {
+    const { url } = JSON.parse(readFileSync(serverFile, "utf8")) as { url: string }
+    const secrets = yield* loadServerSecrets
+    if (secrets.adminToken === null) return yield* Effect.dieMessage("The running server has no admin token (set ADMIN_TOKEN).")
+    return { baseUrl: url, adminToken: Redacted.value(secrets.adminToken) }
+  }
+  // Serve the API in this process on a loopback port, with a one-time admin token.
+  const adminToken = randomBytes(24).toString("base64url")
+  const provider = ConfigProvider.fromMap(new Map([["ADMIN_TOKEN", adminToken]])).pipe(
+    ConfigProvider.orElse(() => ConfigProvider.fromEnv())
+  )
+  const server = yield* Layer.build(BunHttpServer.layer({ port: 0, hostname: "127.0.0.1", maxRequestBodySize: 2 ** 31 }))
+  yield* Layer.build(
+    appLayer(Layer.succeedContext(server), { background: false }).pipe(Layer.provide(Layer.setConfigProvider(provider)))
+  )
+  const address = Context.get(server, HttpServer.HttpServer).address
+  const port = address._tag === "TcpAddress" ? address.port : 0
+  return { baseUrl: `http://127.0.0.1:${port}`, adminToken }
+})
+
+const command = Effect.gen(function*() {
+  const [group, action] = positionals
+  if (values.help === true || group === undefined) return yield* Effect.die(new UsageError(usage))
+  if (group === "migrate") {
+    yield* Layer.build(SqlLive)
+    return { object: "migration", status: "applied" }
+  }
+  const { baseUrl, adminToken } = yield* adminEndpoint
+  const client = yield* makeHooklineClient({ baseUrl, apiKey: adminToken, idempotencyKey: values["idempotency-key"] })
+  if (group === "transactions") {
+    return yield* client.admin.listTransactions({
+      path: { id: arg(1, "account id") },
+      urlParams: { limit: int("limit", values.limit), cursor: values.cursor }
+    })
+  }
+  switch (`${group} ${action}`) {
+    case "accounts create":
+      return yield* client.admin.createAccount({
+        payload: {
+          plan: (values.plan ?? "") as Plan,
+          name: values.name,
+          monthly_grant: int("monthly-grant", values["monthly-grant"]),
+          monthly_balance: int("monthly-balance", values["monthly-balance"]),
+          topup_balance: int("topup-balance", values["topup-balance"])
+        }
+      })
+    case "accounts get":
+      return yield* client.admin.getAccount({ path: { id: arg(2, "account id") } })
+    case "accounts update":
+      return yield* client.admin.updateAccount({
+        path: { id: arg(2, "account id") },
+        payload: {
+          plan: values.plan as Plan | undefined,
+          suspended: values.suspended === undefined ? undefined : values.suspended === "true"
+        }
+      })
+    case "keys create":
+      return yield* client.admin.createKey({
+        path: { id: arg(2, "account id") },
+        payload: { scopes: values.scopes === undefined ? undefined : (values.scopes.split(",") as Array<Scope>) }
+      })
+    case "keys revoke":
+      return yield* client.admin.revokeKey({ path: { id: arg(2, "key id") } })
+    case "credits grant":
+      return yield* client.admin.grantCredits({
+        path: { id: arg(2, "account id") },
+        payload: {
+          bucket: (values.bucket ?? "") as "monthly" | "topup",
+          amount: int("amount", values.amount) ?? 0,
+          reason: values.reason,
+          reference: values.reference
+        }
+      })
+
+    case "catalog categories":
+      return yield* client.admin.putCategories({
+        payload: JSON.parse(readFileSync(arg(2, "file"), "utf8")) as Array<{ slug: string; name: string }>
+      })
+    case "catalog import":
+      return yield* importFile(baseUrl, adminToken, arg(2, "file"))
+    default:
+      return yield* Effect.die(new UsageError(`unknown command: ${positionals.join(" ")}\n${usage}`))
+  }
+})
+
+/** Streams a file to the import route (constant memory for any size), showing progress on stderr. */
+const importFile = (baseUrl: string, adminToken: string, path: string) =>
+  Effect.promise(async () => {
+    const file = Bun.file(path)
+    const total = file.size
+    let sent = 0
+    const progress = new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        sent += chunk.byteLength
+        if (process.stderr.isTTY) {
+          const percent = total > 0 ? Math.floor((sent / total) * 100) : 100
+          process.stderr.write(`\rimporting ${path}: ${percent}% (${(sent / 1048576).toFixed(1)} MiB)`)
+        }
+        controller.enqueue(chunk)
+      }
+    })
+    const isNdjson = /\.(ndjson|jsonl)$/i.test(path)
+    const response = await fetch(`${baseUrl}/admin/catalog/hooks`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${adminToken}`,
+        "content-type": isNdjson ? "application/x-ndjson" : "application/json"
+      },
+      body: file.stream().pipeThrough(progress),
+      duplex: "half"
+    } as RequestInit)
+    if (process.stderr.isTTY) process.stderr.write("\n")
+    return (await response.json()) as unknown
+  })
+
+const program = command.pipe(
+  Effect.scoped,
+  Effect.provide(FetchHttpClient.layer),
+  Effect.provide(Logger.minimumLogLevel(LogLevel.Warning)),
+  Effect.matchCauseEffect({
+    onSuccess: (result) => Effect.sync(() => process.stdout.write(JSON.stringify(result, null, 2) + "\n")),
+    onFailure: (cause) =>
+      Effect.sync(() => {
+        const failure = cause._tag === "Fail" ? cause.error : cause._tag === "Die" ? cause.defect : undefined
+        const message = failure instanceof UsageError
+          ? failure.message
+          : failure !== null && typeof failure === "object" && "message" in failure
+          ? `${String((failure as { _tag?: string })._tag ?? "Error")}: ${String(failure.message)}`
+          : String(cause)
+        process.stderr.write(message + "\n")
+        process.exitCode = 1
+      })
+  })
+)
+
+Effect.runPromise(program).then(() => process.exit())

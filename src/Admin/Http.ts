@@ -1,0 +1,80 @@
+import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import { Effect, Layer, Redacted } from "effect"
+import { timingSafeEqual } from "node:crypto"
+import { HooklineApi } from "../Api.js"
+import { Auth } from "../Auth/Auth.js"
+import { Secrets } from "../Config.js"
+import { InvalidApiKey, NotFound, RequestId } from "../Errors.js"
+import { HookCatalog } from "../Hooks/HookCatalog.js"
+import { importHooksFromRequest } from "../Hooks/Import.js"
+import { idempotent } from "../Idempotency/Idempotent.js"
+import { CreditHistory } from "../Ledger/History.js"
+import { Ledger } from "../Ledger/Ledger.js"
+import { sha256Hex } from "../Ids.js"
+import { Accounts } from "./Accounts.js"
+import { AdminAuthentication } from "./Api.js"
+
+/** Compares digests, so the time taken says nothing about how much of the token matched. */
+const sameSecret = (given: string, expected: string) =>
+  timingSafeEqual(Buffer.from(sha256Hex(given), "hex"), Buffer.from(sha256Hex(expected), "hex"))
+
+export const AdminAuthenticationLive = Layer.effect(
+  AdminAuthentication,
+  Effect.gen(function*() {
+    const secrets = yield* Secrets
+    return AdminAuthentication.of({
+      adminToken: () =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          // With a real database and no ADMIN_TOKEN the admin API does not exist.
+          if (secrets.adminToken === null) return yield* new NotFound({ message: "No route for this request." })
+          const match = /^Bearer (\S+)$/.exec(request.headers["authorization"] ?? "")
+          if (match === null || !sameSecret(match[1], Redacted.value(secrets.adminToken))) {
+            return yield* new InvalidApiKey({ message: "Missing or invalid admin token." })
+          }
+        })
+    })
+  })
+)
+
+export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handlers) =>
+  Effect.gen(function*() {
+    const accounts = yield* Accounts
+    const auth = yield* Auth
+    const ledger = yield* Ledger
+    const catalog = yield* HookCatalog
+    const history = yield* CreditHistory
+    return handlers
+      .handle("createAccount", ({ payload }) => idempotent(accounts.create(payload), payload))
+      .handle("getAccount", ({ path }) => accounts.get(path.id))
+      .handle("updateAccount", ({ path, payload }) => accounts.update(path.id, payload))
+      .handle("createKey", ({ path, payload }) =>
+        idempotent(accounts.get(path.id).pipe(Effect.zipRight(Effect.orDie(auth.createKey(path.id, payload.scopes)))), payload))
+      .handle("revokeKey", ({ path }) =>
+        auth.revokeKey(path.id).pipe(
+          Effect.orDie,
+          Effect.flatMap((found) =>
+            found
+              ? Effect.succeed({ object: "api_key" as const, id: path.id, revoked: true as const })
+              : new NotFound({ message: `No API key ${path.id}.` })
+          )
+        ))
+      .handle("grantCredits", ({ path, payload }) =>
+        idempotent(
+          Effect.gen(function*() {
+            yield* accounts.get(path.id)
+            return yield* ledger.grant(path.id, payload.bucket, payload.amount, {
+              reason: payload.reason ?? null,
+              referenceId: payload.reference ?? null,
+              requestId: yield* RequestId
+            })
+          }),
+          payload
+        ))
+      .handle("listTransactions", ({ path, urlParams }) =>
+        // Reading the account (and its wallet) applies a rollover that is due, so it is listed.
+        accounts.get(path.id).pipe(Effect.zipRight(history.list(path.id, urlParams, "admin.transactions"))))
+      .handle("putCategories", ({ payload }) => catalog.putCategories(payload))
+      .handle("importHooks", () => importHooksFromRequest)
+  })
+).pipe(Layer.provide(AdminAuthenticationLive))

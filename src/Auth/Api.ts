@@ -1,0 +1,44 @@
+/** The access contract: who is calling, which rule a route follows, and the bearer middleware. */
+import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
+import { Context, Schema } from "effect"
+import {
+  AccountSuspendedWire,
+  ApiNotEnabledWire,
+  InvalidApiKeyWire,
+  RateLimitExceededWire
+} from "../Errors.js"
+
+export const Scope = Schema.Literal("hooks:read", "predict:write", "webhooks:write")
+export type Scope = typeof Scope.Type
+export const allScopes: ReadonlyArray<Scope> = Scope.literals
+
+export const Plan = Schema.Literal("free", "creator", "pro", "business", "enterprise", "invite", "complimentary", "custom")
+export type Plan = typeof Plan.Type
+
+/** The account and key behind the request, provided by the middleware. */
+export interface Caller {
+  readonly accountId: string
+  readonly keyId: string
+  readonly plan: string
+}
+export class CurrentCaller extends Context.Tag("hookline/CurrentCaller")<CurrentCaller, Caller>() {}
+
+/**
+ * The access rule of one endpoint, declared beside it in its Api.ts: the key scope it needs
+ * (null: any valid key) and whether it stays open when the plan has no API access.
+ */
+export interface AccessRuleValue {
+  readonly scope: Scope | null
+  readonly openWithoutApiAccess: boolean
+}
+export class AccessRule extends Context.Tag("hookline/AccessRule")<AccessRule, AccessRuleValue>() {}
+export const needs = (scope: Scope | null, openWithoutApiAccess = false): AccessRuleValue => ({
+  scope,
+  openWithoutApiAccess
+})
+
+export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("hookline/Authentication", {
+  provides: CurrentCaller,
+  failure: Schema.Union(InvalidApiKeyWire, AccountSuspendedWire, ApiNotEnabledWire, RateLimitExceededWire),
+  security: { bearer: HttpApiSecurity.bearer }
+}) {}

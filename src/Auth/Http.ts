@@ -1,0 +1,75 @@
+/**
+ * The bearer middleware, in the order decisions.md fixes: a key in the query → 401; missing,
+ * malformed, unknown or revoked bearer key → 401; suspended → 403 account_suspended; no API
+ * access or missing scope → 403 api_not_enabled; then the rate limit → 429. Input validation
+ * and credit reserves come after, in the endpoint.
+ */
+import { HttpApiEndpoint, HttpRouter, HttpServerRequest } from "@effect/platform"
+import { Context, Effect, Layer, Option } from "effect"
+import { HooklineApi } from "../Api.js"
+import { AccountSuspended, ApiNotEnabled, InvalidApiKey } from "../Errors.js"
+import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
+import { RateLimits } from "../RateLimit/RateLimits.js"
+import { AccessRule, type AccessRuleValue, Authentication } from "./Api.js"
+import { Auth, apiKeyPattern } from "./Auth.js"
+import { hasApiAccess } from "./Plans.js"
+
+/** Every endpoint's access rule, keyed by the route the router matched. */
+const accessRules: ReadonlyMap<string, AccessRuleValue> = (() => {
+  const rules = new Map<string, AccessRuleValue>()
+  for (const group of Object.values(HooklineApi.groups)) {
+    for (const endpoint of Object.values(group.endpoints) as ReadonlyArray<HttpApiEndpoint.HttpApiEndpoint.AnyWithProps>) {
+      Option.map(Context.getOption(endpoint.annotations, AccessRule), (rule) => rules.set(`${endpoint.method} ${endpoint.path}`, rule))
+    }
+  }
+  return rules
+})()
+
+const invalidKey = (message: string) => new InvalidApiKey({ message })
+
+export const AuthenticationLive = Layer.effect(
+  Authentication,
+  Effect.gen(function*() {
+    const auth = yield* Auth
+    const rateLimits = yield* RateLimits
+    return Authentication.of({
+      bearer: () =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const query = yield* HttpServerRequest.ParsedSearchParams
+          const clientAddress = Option.getOrElse(request.remoteAddress, () => "unknown")
+          const refuse = (message: string) =>
+            rateLimits.failedAuthentication(clientAddress).pipe(Effect.zipRight(invalidKey(message)))
+          if ("api_key" in query || "key" in query) {
+            return yield* refuse("API keys are not accepted in the query string; send Authorization: Bearer <key>.")
+          }
+          const header = request.headers["authorization"]
+          if (header === undefined || header === "") {
+            return yield* refuse("Missing API key: send Authorization: Bearer <key>.")
+          }
+          const match = /^Bearer (\S+)$/.exec(header)
+          if (match === null || !apiKeyPattern.test(match[1])) {
+            return yield* refuse("Malformed API key: expected Authorization: Bearer hkl_live_<key>.")
+          }
+          const owner = yield* auth.findKey(match[1])
+          if (Option.isNone(owner)) return yield* refuse("Unknown or revoked API key.")
+          const key = owner.value
+          yield* annotateRequestSpan(SpanAttributes.accountId, key.accountId)
+          yield* annotateRequestSpan(SpanAttributes.keyId, key.keyId)
+          if (key.suspended) return yield* new AccountSuspended({ message: "This account is suspended." })
+
+          const route = yield* HttpRouter.RouteContext
+          const rule = accessRules.get(`${route.route.method} ${route.route.path}`)
+          if (rule === undefined) return yield* Effect.dieMessage(`No access rule for ${route.route.method} ${route.route.path}`)
+          if (!rule.openWithoutApiAccess && !hasApiAccess(key.plan)) {
+            return yield* new ApiNotEnabled({ message: `The ${key.plan} plan has no API access.` })
+          }
+          if (rule.scope !== null && !key.scopes.includes(rule.scope)) {
+            return yield* new ApiNotEnabled({ message: `This key lacks the ${rule.scope} permission.` })
+          }
+          yield* rateLimits.perKey(key.keyId, key.plan)
+          return { accountId: key.accountId, keyId: key.keyId, plan: key.plan }
+        })
+    })
+  })
+)

@@ -1,0 +1,21 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+import { HooklineApi } from "../Api.js"
+import { CurrentCaller } from "../Auth/Api.js"
+import { CreditHistory } from "./History.js"
+import { Ledger } from "./Ledger.js"
+
+export const WalletHandlers = HttpApiBuilder.group(HooklineApi, "wallet", (handlers) =>
+  Effect.gen(function*() {
+    const ledger = yield* Ledger
+    const history = yield* CreditHistory
+    return handlers
+      .handle("get", () => Effect.flatMap(CurrentCaller, (caller) => ledger.wallet(caller.accountId)))
+      .handle("transactions", ({ urlParams }) =>
+        Effect.flatMap(CurrentCaller, (caller) =>
+          // Reading the wallet first applies a rollover that is due, so its expiry and grant are listed.
+          ledger.wallet(caller.accountId).pipe(
+            Effect.zipRight(history.list(caller.accountId, urlParams, "wallet.transactions"))
+          )))
+  })
+)

@@ -1,0 +1,55 @@
+/**
+ * Metering for the debiting routes: reserve → run → settle what the answer costs, with the
+ * X-Credits-* headers; a run that fails, dies or is interrupted (client gone, timeout) refunds
+ * its hold instead. Headers are added only after the charge has committed.
+ */
+import { HttpApp, HttpServerResponse } from "@effect/platform"
+import { Effect, Exit, Option } from "effect"
+import { CurrentCaller } from "../Auth/Api.js"
+import { RequestId } from "../Errors.js"
+import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
+import { type Balances, type Hold, Ledger, type Operation } from "./Ledger.js"
+
+export const creditHeaders = (charged: number, balances: Balances | null) =>
+  HttpApp.appendPreResponseHandler((_request, response) =>
+    Effect.succeed(
+      HttpServerResponse.setHeaders(response, {
+        "x-credits-charged": String(charged),
+        ...(balances === null ? {} : { "x-credits-remaining": String(balances.monthly + balances.topup) })
+      })
+    )
+  )
+
+export const metered = <A, E, R>(options: {
+  readonly operation: Operation
+  readonly reserve: number
+  readonly referenceId?: string
+  readonly run: (hold: Hold) => Effect.Effect<A, E, R>
+  readonly cost: (result: A) => number
+}) =>
+  Effect.gen(function*() {
+    const ledger = yield* Ledger
+    const caller = yield* CurrentCaller
+    const requestId = yield* RequestId
+    return yield* Effect.acquireUseRelease(
+      ledger.reserve(caller.accountId, options.reserve, {
+        operation: options.operation,
+        referenceId: options.referenceId ?? null,
+        requestId
+      }),
+      (hold) =>
+        Effect.gen(function*() {
+          const result = yield* options.run(hold)
+          const settled = yield* ledger.settle(hold.id, options.cost(result))
+          yield* Option.match(settled, {
+            // Not pending any more (voided by the sweeper): nothing was taken.
+            onNone: () => creditHeaders(0, null),
+            onSome: (resolution) => creditHeaders(resolution.charged, resolution.balancesAfter)
+          })
+          yield* annotateRequestSpan(SpanAttributes.operation, options.operation)
+          yield* annotateRequestSpan(SpanAttributes.creditsCharged, Option.getOrElse(Option.map(settled, (r) => r.charged), () => 0))
+          return result
+        }),
+      (hold, exit) => (Exit.isSuccess(exit) ? Effect.void : ledger.refund(hold.id))
+    )
+  })

@@ -1,0 +1,18 @@
+/**
+ * The ledger's background fiber: voids holds left pending by crashed requests and rolls over
+ * monthly periods that ended while nobody called. Every statement is safe to run from several
+ * processes at once (row locks, `status = 'pending'` guards).
+ */
+import { Effect, Layer, Schedule } from "effect"
+import { Ledger } from "./Ledger.js"
+
+export const LedgerSweeperLive = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const ledger = yield* Ledger
+    const sweep = Effect.all([ledger.voidExpiredHolds, ledger.rollover(null)]).pipe(
+      Effect.catchAllCause((cause) => Effect.logError("ledger sweep failed", cause)),
+      Effect.withSpan("Ledger.sweep")
+    )
+    yield* sweep.pipe(Effect.repeat(Schedule.spaced(ledger.config.sweepInterval)), Effect.forkScoped)
+  })
+)

@@ -1,0 +1,119 @@
+/**
+ * Rate limits (decisions.md, "Rate limits"): a token bucket per key by plan, and a limit on
+ * failed authentication per client address. The store is in process by default and Redis when
+ * REDIS_URL is set, so limits hold across several server processes sharing it.
+ *
+ * Every /v1 answer carries the IETF `RateLimit-Policy` and `RateLimit` headers; a 429 also
+ * carries `Retry-After`. A limited request is refused before any reserve, so it is never charged.
+ */
+import { RateLimiter } from "@effect/experimental"
+import * as RedisStore from "@effect/experimental/RateLimiter/Redis"
+import { HttpApp, HttpServerResponse } from "@effect/platform"
+import { Config, Duration, Effect, Layer, Option } from "effect"
+import type { Plan } from "../Auth/Api.js"
+import { InvalidApiKey, RateLimitExceeded } from "../Errors.js"
+
+export const RateLimitConfig = Config.all({
+  enabled: Config.boolean("RATE_LIMIT_ENABLED").pipe(Config.withDefault(true)),
+  redisUrl: Config.option(Config.string("REDIS_URL")),
+  failedAuthPerMinute: Config.integer("RATE_LIMIT_FAILED_AUTH_PER_MINUTE").pipe(Config.withDefault(20))
+})
+
+interface Bucket {
+  readonly name: string
+  /** Requests per second, sustained. */
+  readonly rate: number
+  readonly burst: number
+}
+
+const bucketFor = (plan: Plan): Bucket => {
+  switch (plan) {
+    case "enterprise":
+      return { name: "enterprise", rate: 200, burst: 400 }
+    case "business":
+    case "invite":
+    case "complimentary":
+    case "custom":
+      return { name: "business", rate: 50, burst: 100 }
+    default:
+      return { name: "pro", rate: 10, burst: 20 }
+  }
+}
+
+const seconds = (duration: Duration.Duration) => Math.max(0, Math.ceil(Duration.toMillis(duration) / 1000))
+
+const setHeaders = (headers: Record<string, string>) =>
+  HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(HttpServerResponse.setHeaders(response, headers)))
+
+export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimits", {
+  scoped: Effect.gen(function*() {
+    const config = yield* RateLimitConfig
+    // Built in this service's scope: the Redis connection lives as long as the server.
+    const store = yield* Layer.build(
+      Option.match(config.redisUrl, {
+        onNone: () => RateLimiter.layerStoreMemory,
+        onSome: (url) => RedisStore.layerStore({ ...parseRedisUrl(url), prefix: "hookline:ratelimit:" })
+      })
+    )
+    const limiter = yield* RateLimiter.make.pipe(Effect.provide(store))
+
+    const consume = (key: string, policy: string, limit: number, window: Duration.Duration, algorithm: "token-bucket" | "fixed-window") =>
+      limiter.consume({ key, limit, window, algorithm, onExceeded: "fail" }).pipe(
+        Effect.tap((result) =>
+          setHeaders({
+            "ratelimit-policy": `"${policy}";q=${limit};w=${seconds(window)}`,
+            "ratelimit": `"${policy}";r=${result.remaining};t=${seconds(result.resetAfter)}`
+          })
+        ),
+        Effect.asVoid
+      )
+
+    /** The token bucket of the key's plan; 429 when it is empty. */
+    const perKey = (keyId: string, plan: Plan) => {
+      if (!config.enabled) return Effect.void
+      const bucket = bucketFor(plan)
+      const window = Duration.millis((bucket.burst / bucket.rate) * 1000)
+      return consume(`key:${keyId}`, bucket.name, bucket.burst, window, "token-bucket").pipe(
+        Effect.catchTag("RateLimiterError", (error) =>
+          error.reason === "Exceeded"
+            ? setHeaders({
+              "retry-after": String(Math.max(1, seconds(error.retryAfter))),
+              "ratelimit-policy": `"${bucket.name}";q=${bucket.burst};w=${seconds(window)}`,
+              "ratelimit": `"${bucket.name}";r=0;t=${Math.max(1, seconds(error.retryAfter))}`
+            }).pipe(
+              Effect.zipRight(new RateLimitExceeded({ message: `Rate limit of ${bucket.rate} requests per second (burst ${bucket.burst}) exceeded.` }))
+            )
+            : Effect.logWarning("rate limit store unavailable; request allowed", error.message)
+        )
+      )
+    }
+
+    /** Counts a failed authentication from `address`; past the limit the 401 becomes a 429. */
+    const failedAuthentication = (address: string): Effect.Effect<void, RateLimitExceeded | InvalidApiKey> => {
+      if (!config.enabled) return Effect.void
+      const window = Duration.minutes(1)
+      return consume(`auth:${address}`, "failed-auth", config.failedAuthPerMinute, window, "fixed-window").pipe(
+        Effect.catchTag("RateLimiterError", (error) =>
+          error.reason === "Exceeded"
+            ? setHeaders({ "retry-after": String(Math.max(1, seconds(error.retryAfter))) }).pipe(
+              Effect.zipRight(new RateLimitExceeded({ message: "Too many failed authentication attempts from this address." }))
+            )
+            : Effect.logWarning("rate limit store unavailable; request allowed", error.message)
+        )
+      )
+    }
+
+    return { perKey, failedAuthentication } as const
+  })
+}) {}
+
+const parseRedisUrl = (url: string) => {
+  const parsed = new URL(url)
+  return {
+    host: parsed.hostname,
+    port: parsed.port === "" ? 6379 : Number(parsed.port),
+    ...(parsed.password === "" ? {} : { password: decodeURIComponent(parsed.password) }),
+    ...(parsed.pathname.length > 1 ? { db: Number(parsed.pathname.slice(1)) } : {})
+  }
+}
+
