@@ -1,0 +1,74 @@
+/**
+ * The catalog's statements as plain text with positional parameters. HookCatalog runs
+ * them through @effect/sql; the benchmark's bare baseline (bench/catalog.ts) sends the very
+ * same text through `pg`, so the two are compared on identical database work.
+ */
+import type { HookRecord } from "./HookRecord.js"
+
+/** Sort key above every real one (epoch ms of published_at; hooks without one use the floor). */
+export const topSortMs = 9_000_000_000_000_000
+
+const leanColumns = "h.id, h.text, h.platform, h.media_type, h.thumbnail_url, h.category, h.hook_duration_sec, h.published_at"
+
+export const catalogVersionSql = "SELECT version FROM catalog_state"
+
+/**
+ * $1 normalised query, $2 after_k1, $3 after_k2, $4 after_id (all three null for the first page),
+ * $5 rows wanted, $6 walk window (see hook_search_page).
+ */
+export const searchPageSql = `
+  SELECT p.k1, p.k2, ${leanColumns}
+    FROM hook_search_page($1::text, $2::real, $3::bigint, $4::text, $5::integer, $6::integer) WITH ORDINALITY AS p(id, k1, k2, ord)
+    JOIN hooks h ON h.id = p.id
+   ORDER BY p.ord`
+
+/** $1 category, $2 after sort_ms ($2 = topSortMs and $3 = '' for the first page), $3 after id, $4 rows wanted. */
+export const listPageSql = `
+  SELECT s.sort_ms AS k2, ${leanColumns}
+    FROM (SELECT id, sort_ms FROM hook_search
+           WHERE category = $1::text AND (sort_ms, id) < ($2::bigint, $3::text)
+           ORDER BY sort_ms DESC, id DESC LIMIT $4::integer) s
+    JOIN hooks h ON h.id = s.id
+   ORDER BY s.sort_ms DESC, s.id DESC`
+
+/** $1 hook id. */
+export const hookSql = `
+  SELECT ${leanColumns}, h.source_url, h.caption, h.duration_sec, h.summary,
+         h.emotions, h.comment_themes, h.metrics, h.creator, h.audio
+    FROM hooks h WHERE h.id = $1::text`
+
+/** $1 slug. */
+export const categoryExistsSql = "SELECT EXISTS (SELECT 1 FROM categories WHERE slug = $1::text) AS found"
+
+/**
+ * Inserts or updates a batch of hooks, one array parameter per column ($1 … $17, in
+ * `hookColumns` order). RETURNING tells inserted rows (xmax = 0) from updated ones.
+ */
+export const hookColumns = [
+  "id", "text", "platform", "media_type", "thumbnail_url", "category", "hook_duration_sec", "published_at",
+  "source_url", "caption", "duration_sec", "summary", "emotions", "comment_themes", "metrics", "creator", "audio"
+] as const
+
+const columnTypes = [
+  "text", "text", "text", "text", "text", "text", "float8", "timestamptz",
+  "text", "text", "float8", "text", "jsonb", "jsonb", "jsonb", "jsonb", "jsonb"
+] as const
+
+const jsonColumns: ReadonlySet<string> = new Set(["emotions", "comment_themes", "metrics", "creator", "audio"])
+
+/** The parameters of upsertHooksSql for a batch (ids must be distinct within it). */
+export const upsertHooksParams = (records: ReadonlyArray<HookRecord>): Array<Array<unknown>> =>
+  hookColumns.map((column) =>
+    records.map((record) => {
+      const value = record[column]
+      return jsonColumns.has(column) ? (value === null || value === undefined ? null : JSON.stringify(value)) : value
+    })
+  )
+
+export const upsertHooksSql = `
+  INSERT INTO hooks (${hookColumns.join(", ")})
+  SELECT * FROM unnest(${columnTypes.map((type, i) => `$${i + 1}::${type}[]`).join(", ")})
+  ON CONFLICT (id) DO UPDATE SET
+    ${hookColumns.slice(1).map((column) => `${column} = EXCLUDED.${column}`).join(",\n    ")},
+    updated_at = now()
+  RETURNING (xmax = 0) AS inserted`

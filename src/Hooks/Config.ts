@@ -1,0 +1,22 @@
+/** The catalog's settings (environment variables, with the contract's values as defaults). */
+import { Config, Duration } from "effect"
+
+/** Page size of search and list (spec 8.2). */
+export const pageSize = 50
+
+export const CatalogConfig = Config.all({
+  /** A search that runs longer is cancelled in the database and answered 503 (nothing charged). */
+  searchTimeout: Config.duration("SEARCH_TIMEOUT").pipe(Config.withDefault(Duration.seconds(3))),
+  /**
+   * Newest hooks a one-word search examines before treating the word as rare and sorting its
+   * index matches instead. Changes speed only, never results.
+   */
+  searchWalkWindow: Config.integer("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
+  /** First pages of search and list kept in memory per process (0 turns the cache off). */
+  cacheEntries: Config.integer("CATALOG_CACHE_ENTRIES").pipe(Config.withDefault(1_000)),
+  /** Records written per upsert statement during an import. */
+  importBatchSize: Config.integer("IMPORT_BATCH_SIZE").pipe(Config.withDefault(1_000)),
+  /** Largest single record (one NDJSON line or one array element) an import accepts. */
+  importMaxRecordBytes: Config.integer("IMPORT_MAX_RECORD_BYTES").pipe(Config.withDefault(1024 * 1024))
+})
+export type CatalogConfig = Config.Config.Success<typeof CatalogConfig>

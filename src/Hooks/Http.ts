@@ -1,0 +1,90 @@
+/**
+ * The catalog routes. Every check that can reject a request (blank query, unknown category,
+ * bad cursor, malformed id) runs before the credit reserve, so invalid requests are never
+ * charged; search and list then reserve 2 and settle ceil(rows / 25), get hook costs 1.
+ */
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Option } from "effect"
+import { HooklineApi } from "../Api.js"
+import { Secrets } from "../Config.js"
+import { InvalidCursor, NotFound, ValidationFailed } from "../Errors.js"
+import { idPattern } from "../Ids.js"
+import { metered } from "../Ledger/Metering.js"
+import { type CursorEndpoint, makeCursors } from "./Cursor.js"
+import { HookCatalog, normaliseQuery, type Page } from "./HookCatalog.js"
+
+/** Credits a page of `rows` rows costs. */
+export const pageCost = (rows: number) => Math.ceil(rows / 25)
+
+const hookId = idPattern("hook")
+
+export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handlers) =>
+  Effect.gen(function*() {
+    const catalog = yield* HookCatalog
+    const secrets = yield* Secrets
+    const cursors = makeCursors(secrets.cursorSecret)
+
+    const position = <E extends CursorEndpoint>(endpoint: E, binding: string, cursor: string | undefined) =>
+      cursor === undefined
+        ? Effect.succeed(Option.none())
+        : Option.match(cursors.decode(endpoint, binding, cursor), {
+          onNone: () =>
+            new InvalidCursor({ message: "The cursor is malformed, altered, or belongs to another query; start again without it." }),
+          onSome: (value) => Effect.succeed(Option.some(value))
+        })
+
+    const respond = <P>(endpoint: CursorEndpoint, binding: string, page: Page<P>) => ({
+      object: "list" as const,
+      data: page.data,
+      has_more: Option.isSome(page.next),
+      next_cursor: Option.match(page.next, {
+        onNone: () => null,
+        onSome: (next) => cursors.encode(endpoint, binding, next as never)
+      })
+    })
+
+    return handlers
+      .handle("categories", () => catalog.categories)
+      .handle("search", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const query = normaliseQuery(urlParams.q)
+          if (query === "") return yield* new ValidationFailed({ message: "q: must contain a non-blank character" })
+          const after = yield* position("search", query, urlParams.cursor)
+          return yield* metered({
+            operation: "search",
+            reserve: 2,
+            run: () => catalog.search(query, after),
+            cost: (page) => pageCost(page.data.length)
+          }).pipe(Effect.map((page) => respond("search", query, page)))
+        }))
+      .handle("list", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const after = yield* position("list", urlParams.category, urlParams.cursor)
+          if (!(yield* catalog.categoryExists(urlParams.category))) {
+            return yield* new ValidationFailed({
+              message: `category: unknown slug ${JSON.stringify(urlParams.category)}; GET /v1/hooks/categories lists the valid ones`
+            })
+          }
+          return yield* metered({
+            operation: "list",
+            reserve: 2,
+            run: () => catalog.list(urlParams.category, after),
+            cost: (page) => pageCost(page.data.length)
+          }).pipe(Effect.map((page) => respond("list", urlParams.category, page)))
+        }))
+      .handle("get", ({ path }) =>
+        Effect.gen(function*() {
+          const notFound = new NotFound({ message: `No hook ${JSON.stringify(path.id)}.` })
+          if (!hookId.test(path.id)) return yield* notFound
+          const hook = yield* catalog.hook(path.id)
+          if (Option.isNone(hook)) return yield* notFound
+          return yield* metered({
+            operation: "hook",
+            reserve: 1,
+            referenceId: path.id,
+            run: () => Effect.succeed(hook.value),
+            cost: () => 1
+          })
+        }))
+  })
+)
