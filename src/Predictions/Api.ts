@@ -1,0 +1,130 @@
+/** The clip scoring contract (spec 2.7, 2.8, 3.1, 4.7–4.10) and the upload PUT. */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { AccessRule, Authentication, needs } from "../Auth/Api.js"
+import {
+  AuthorizationNotAllowedWire,
+  InsufficientCreditsWire,
+  PayloadTooLargeWire,
+  UnsupportedMediaTypeWire,
+  UploadAlreadyUsedWire,
+  UploadExpiredWire
+} from "../Errors.js"
+import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
+import { strict, Timestamp } from "../Schemas.js"
+
+export const PredictUpload = Schema.Struct({
+  upload_id: Schema.String,
+  prediction_id: Schema.String,
+  upload_url: Schema.String,
+  expires_at: Timestamp
+}).annotations({ identifier: "PredictUpload" })
+export type PredictUpload = typeof PredictUpload.Type
+
+export const PredictionStatus = Schema.Literal("awaiting_upload", "queued", "running", "succeeded", "failed")
+export type PredictionStatus = typeof PredictionStatus.Type
+
+export const Band = Schema.Literal("low", "medium", "high")
+export type Band = typeof Band.Type
+
+export const PredictionErrorType = Schema.Literal(
+  "upload_expired",
+  "expired",
+  "unsupported_media",
+  "clip_too_long",
+  "analysis_failed"
+)
+export type PredictionErrorType = typeof PredictionErrorType.Type
+
+export const PredictionResult = Schema.Struct({
+  band: Band,
+  hook_duration_sec: Schema.NullOr(Schema.Number),
+  category: Schema.NullOr(Schema.Struct({ slug: Schema.String }))
+}).annotations({ identifier: "PredictionResult" })
+export type PredictionResult = typeof PredictionResult.Type
+
+export const Prediction = Schema.Struct({
+  object: Schema.Literal("prediction"),
+  id: Schema.String,
+  status: PredictionStatus,
+  created_at: Timestamp,
+  completed_at: Schema.NullOr(Timestamp),
+  input: Schema.NullOr(Schema.Struct({ duration_sec: Schema.NullOr(Schema.Number) })),
+  result: Schema.NullOr(PredictionResult),
+  error: Schema.NullOr(Schema.Struct({ type: PredictionErrorType, message: Schema.String }))
+}).annotations({ identifier: "Prediction" })
+export type Prediction = typeof Prediction.Type
+
+export const RetryStart = Schema.Struct({ upload_id: Schema.String }).annotations({
+  ...strict,
+  identifier: "RetryStart"
+})
+
+export const UploadReceipt = Schema.Struct({
+  object: Schema.Literal("upload"),
+  upload_id: Schema.String,
+  status: Schema.Literal("received")
+}).annotations({ identifier: "UploadReceipt" })
+
+const predictionIdParam = HttpApiSchema.param("id", Schema.String)
+const uploadTokenParam = HttpApiSchema.param("token", Schema.String)
+
+export class PredictApi extends HttpApiGroup.make("predict")
+  .add(
+    HttpApiEndpoint.post("createUpload", "/predict/upload")
+      .addSuccess(PredictUpload)
+      .annotate(AccessRule, needs("predict:write"))
+      .annotate(OpenApi.Summary, "Create an upload link")
+      .annotate(
+        OpenApi.Description,
+        "Creates a prediction awaiting its clip and a one-time upload_url valid 15 minutes. No body. Costs 0. Needs predict:write."
+      )
+      .annotate(OpenApi.Transform, acceptsIdempotencyKey)
+  )
+  .add(
+    HttpApiEndpoint.post("retryStart", "/predict")
+      .setPayload(RetryStart)
+      .addSuccess(Prediction)
+      .addError(InsufficientCreditsWire)
+      .annotate(AccessRule, needs("predict:write"))
+      .annotate(OpenApi.Summary, "Retry start")
+      .annotate(
+        OpenApi.Description,
+        "Retries the reserve for a clip that landed while credits were short: charges 20 if this call reserves, " +
+          "0 if the job is already queued or later. 422 if the file has not landed. Needs predict:write."
+      )
+      .annotate(OpenApi.Transform, acceptsIdempotencyKey)
+  )
+  .add(
+    HttpApiEndpoint.get("get")`/predict/${predictionIdParam}`
+      .addSuccess(Prediction)
+      .annotate(AccessRule, needs("predict:write", true))
+      .annotate(OpenApi.Summary, "Get a prediction")
+      .annotate(
+        OpenApi.Description,
+        "Visible only to the key that created it, for 24 hours. Costs 0. Stays available after plan loss. Needs predict:write."
+      )
+  )
+  .middleware(Authentication)
+  .prefix("/v1")
+  .annotate(OpenApi.Title, "Predict")
+{}
+
+export class UploadApi extends HttpApiGroup.make("upload")
+  .add(
+    HttpApiEndpoint.put("put")`/uploads/${uploadTokenParam}`
+      .addSuccess(UploadReceipt)
+      .addError(AuthorizationNotAllowedWire)
+      .addError(UploadAlreadyUsedWire)
+      .addError(UploadExpiredWire)
+      .addError(PayloadTooLargeWire)
+      .addError(UnsupportedMediaTypeWire)
+      .annotate(OpenApi.Summary, "Upload the clip")
+      .annotate(
+        OpenApi.Description,
+        "The one-time upload_url from Create an upload link. The raw MP4, MOV or WebM bytes as the body (at most 256 MiB), " +
+          "with no Authorization header. Costs 0; 20 credits are reserved when the job reaches queued."
+      )
+  )
+  .annotate(OpenApi.Title, "Upload")
+{}

@@ -1,0 +1,168 @@
+/**
+ * Where uploaded clips live until their job is terminal. Two implementations behind one
+ * interface: the local file system under DATA_DIR/blobs (default) and an S3-compatible bucket
+ * through Bun's built-in S3 client (when S3_BUCKET is set).
+ *
+ * A `put` is atomic: after success the whole object exists under its key, after failure or
+ * interruption nothing does. Storage I/O errors are defects (the caller's job or request fails).
+ */
+import { Duration, Effect, Exit, Option, Redacted, Stream } from "effect"
+import { randomUUID } from "node:crypto"
+import { mkdir, open, rename, rm, stat } from "node:fs/promises"
+import { dirname, join } from "node:path"
+import { ServerConfig } from "../Config.js"
+import { BlobConfig } from "./Config.js"
+
+export interface BlobStoreApi {
+  readonly kind: "file" | "s3"
+  /** Streams `body` into `key` with constant memory. */
+  readonly put: <E, R>(key: string, body: Stream.Stream<Uint8Array, E, R>) => Effect.Effect<{ readonly sizeBytes: number }, E, R>
+  /** The object's size, or None when it does not exist. */
+  readonly size: (key: string) => Effect.Effect<Option.Option<number>>
+  /** The first `bytes` bytes (fewer when the object is shorter). */
+  readonly head: (key: string, bytes: number) => Effect.Effect<Uint8Array>
+  /** Runs `use` with a local path holding the object (a temporary copy for remote stores). */
+  readonly withLocalFile: <A, E, R>(key: string, use: (path: string) => Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+  /** Deletes the object (and any partial write of it); no error when it does not exist. */
+  readonly remove: (key: string) => Effect.Effect<void>
+  /** Remote stores in presigned mode: a URL the client PUTs the file to directly. */
+  readonly presignedPut: Option.Option<(key: string, expiresIn: Duration.Duration) => string>
+}
+
+const validKey = /^[A-Za-z0-9_-]+(?:\/[A-Za-z0-9_-]+)*$/
+
+const checkKey = (key: string) =>
+  validKey.test(key) ? Effect.void : Effect.dieMessage(`Invalid blob key ${JSON.stringify(key)}`)
+
+const writeAll = <E, R>(body: Stream.Stream<Uint8Array, E, R>, write: (chunk: Uint8Array) => Promise<unknown>) =>
+  Stream.runFoldEffect(body, 0, (written, chunk) =>
+    Effect.promise(() => write(chunk)).pipe(Effect.as(written + chunk.length)))
+
+const fileStore = (root: string): BlobStoreApi => {
+  const pathOf = (key: string) => join(root, key)
+  const partialOf = (key: string) => `${pathOf(key)}.part`
+
+  const remove = (key: string) =>
+    checkKey(key).pipe(
+      Effect.zipRight(Effect.promise(() => Promise.all([rm(pathOf(key), { force: true }), rm(partialOf(key), { force: true })]))),
+      Effect.asVoid
+    )
+
+  return {
+    kind: "file",
+    // Written to `<key>.part`, renamed into place once complete; one writer per key at a time
+    // (the upload's claim guarantees it).
+    put: (key, body) =>
+      Effect.gen(function*() {
+        yield* checkKey(key)
+        const partial = partialOf(key)
+        yield* Effect.promise(() => mkdir(dirname(partial), { recursive: true }))
+        const sizeBytes = yield* Effect.acquireUseRelease(
+          Effect.promise(() => open(partial, "w")),
+          (handle) => writeAll(body, (chunk) => handle.write(chunk)),
+          (handle) => Effect.promise(() => handle.close())
+        ).pipe(
+          Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.promise(() => rm(partial, { force: true })))
+        )
+        yield* Effect.promise(() => rename(partial, pathOf(key)))
+        return { sizeBytes }
+      }),
+    size: (key) =>
+      checkKey(key).pipe(
+        Effect.zipRight(Effect.promise(() => stat(pathOf(key)).then((s) => Option.some(s.size), () => Option.none())))
+      ),
+    head: (key, bytes) =>
+      checkKey(key).pipe(Effect.zipRight(Effect.promise(async () => {
+        const handle = await open(pathOf(key), "r")
+        try {
+          const buffer = new Uint8Array(bytes)
+          const { bytesRead } = await handle.read(buffer, 0, bytes, 0)
+          return buffer.subarray(0, bytesRead)
+        } finally {
+          await handle.close()
+        }
+      }))),
+    // Every process that scores must see the same DATA_DIR; a missing file is a deployment fault.
+    withLocalFile: (key, use) =>
+      checkKey(key).pipe(
+        Effect.zipRight(Effect.promise(() => stat(pathOf(key)).then(() => true, () => false))),
+        Effect.flatMap((present) =>
+          present ? use(pathOf(key)) : Effect.dieMessage(`Stored clip ${key} is missing from ${root} (is DATA_DIR shared by every server process?)`))
+      ),
+    remove,
+    presignedPut: Option.none()
+  }
+}
+
+const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): BlobStoreApi => {
+  const remove = (key: string) => checkKey(key).pipe(Effect.zipRight(Effect.promise(() => client.delete(key))))
+  return {
+    kind: "s3",
+    // Bun's writer sends multipart parts as they fill, so memory stays at partSize × queueSize.
+    put: (key, body) =>
+      Effect.gen(function*() {
+        yield* checkKey(key)
+        const writer = client.file(key).writer({ partSize: 8 * 1024 * 1024, queueSize: 2, retry: 3 })
+        const sizeBytes = yield* writeAll(body, async (chunk) => await writer.write(chunk)).pipe(
+          Effect.onExit((exit) =>
+            Exit.isSuccess(exit)
+              ? Effect.void
+              : Effect.promise(async () => {
+                await Promise.resolve(writer.end(new Error("upload aborted"))).catch(() => undefined)
+                await client.delete(key).catch(() => undefined)
+              })
+          )
+        )
+        yield* Effect.promise(async () => await writer.end())
+        return { sizeBytes }
+      }),
+    size: (key) =>
+      checkKey(key).pipe(Effect.zipRight(Effect.promise(async () =>
+        (await client.exists(key)) ? Option.some(await client.size(key)) : Option.none()
+      ))),
+    head: (key, bytes) =>
+      checkKey(key).pipe(Effect.zipRight(Effect.promise(async () =>
+        new Uint8Array(await client.file(key).slice(0, bytes).arrayBuffer())
+      ))),
+    // ffmpeg reads a local copy: seeking over HTTP would fetch the file several times.
+    withLocalFile: (key, use) =>
+      Effect.acquireUseRelease(
+        checkKey(key).pipe(Effect.zipRight(Effect.promise(async () => {
+          await mkdir(tmpDir, { recursive: true })
+          const path = join(tmpDir, randomUUID())
+          await Bun.write(path, client.file(key))
+          return path
+        }))),
+        use,
+        (path) => Effect.promise(() => rm(path, { force: true }))
+      ),
+    remove,
+    presignedPut: presigned
+      ? Option.some((key, expiresIn) =>
+        client.presign(key, { method: "PUT", expiresIn: Math.max(1, Math.ceil(Duration.toSeconds(expiresIn))) }))
+      : Option.none()
+  }
+}
+
+export class BlobStore extends Effect.Service<BlobStore>()("hookline/BlobStore", {
+  effect: Effect.gen(function*() {
+    const server = yield* ServerConfig
+    const config = yield* BlobConfig
+    const store: BlobStoreApi = Option.match(config.s3Bucket, {
+      onNone: () => fileStore(join(server.dataDir, "blobs")),
+      onSome: (bucket) =>
+        s3Store(
+          new Bun.S3Client({
+            bucket,
+            endpoint: Option.getOrUndefined(config.s3Endpoint),
+            region: Option.getOrUndefined(config.s3Region),
+            accessKeyId: Option.getOrUndefined(Option.map(config.s3AccessKeyId, Redacted.value)),
+            secretAccessKey: Option.getOrUndefined(Option.map(config.s3SecretAccessKey, Redacted.value))
+          }),
+          join(server.dataDir, "tmp"),
+          config.s3UploadMode === "presigned"
+        )
+    })
+    return { ...store, watchInterval: config.s3WatchInterval }
+  })
+}) {}

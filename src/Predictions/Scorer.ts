@@ -1,0 +1,310 @@
+/**
+ * The clip scorer: a replaceable service (a model service can take its place as another Layer).
+ * The default analyses the file itself with ffprobe and ffmpeg:
+ *
+ * 1. ffprobe (JSON): container, streams and duration; a WebM written without a duration is
+ *    measured by scanning its video packets. No video stream, or unreadable → unsupported_media;
+ *    longer than CLIP_MAX_DURATION (180 s) → clip_too_long.
+ * 2. One ffmpeg pass over the opening (SCORER_OPENING_WINDOW, 10 s): frames are downscaled to at
+ *    most 360 lines and converted to planar RGB (`format=gbrp`) before the `select` filter's
+ *    scene score, because on YUV input that score looks at luma only and a cut between two
+ *    colours of equal brightness would go unseen. The first frame whose score passes
+ *    SCORER_CUT_THRESHOLD (0.3), later than SCORER_CUT_SKIP (0.2 s), is the first hard cut;
+ *    `hook_duration_sec` is its time from the first frame (so a stream that starts late, as
+ *    WebM with Opus pre-skip or MP4 edit lists do, is measured from its own start). A gradual
+ *    change (cross-dissolve, fade) never scores that high in one frame, so it is not a cut.
+ *    `signalstats` gives the luma change per frame (motion); `ebur128` the loudness.
+ * 3. BandModel.ts maps the measurements to a band.
+ */
+import { Data, Duration, Effect, Option, Schema } from "effect"
+import type { Band } from "./Api.js"
+import { bandOf, type OpeningFeatures } from "./BandModel.js"
+import { ScorerConfig } from "./Config.js"
+
+export type ScoreFailureType = "unsupported_media" | "clip_too_long" | "analysis_failed"
+
+export class ScoreFailure extends Data.TaggedError("ScoreFailure")<{
+  readonly type: ScoreFailureType
+  readonly message: string
+  /** The clip's duration when it was measured before the failure. */
+  readonly durationSec: number | null
+}> {}
+
+export interface ClipScore {
+  readonly band: Band
+  readonly hookDurationSec: number | null
+  readonly durationSec: number | null
+  readonly category: { readonly slug: string } | null
+  /** What the band was computed from, kept with the result for support questions. */
+  readonly features: Record<string, number | string | null>
+}
+
+export interface ClipScorerApi {
+  readonly score: (clip: { readonly path: string }) => Effect.Effect<ClipScore, ScoreFailure>
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the tools
+
+interface ProcessResult {
+  readonly exitCode: number
+  readonly stdout: string
+  readonly stderr: string
+}
+
+class ProcessTimeout extends Data.TaggedError("ProcessTimeout")<{}> {}
+
+/** Runs a program to completion; killed when interrupted or after `timeout`. */
+const runProcess = (command: ReadonlyArray<string>, timeout: Duration.Duration) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => Bun.spawn([...command], { stdin: "ignore", stdout: "pipe", stderr: "pipe" })),
+    (child) =>
+      Effect.promise(async (): Promise<ProcessResult> => {
+        const [stdout, stderr, exitCode] = await Promise.all([
+          new Response(child.stdout).text(),
+          new Response(child.stderr).text(),
+          child.exited
+        ])
+        return { exitCode, stdout, stderr }
+      }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new ProcessTimeout() })),
+    (child) => Effect.sync(() => {
+      if (child.exitCode === null) child.kill("SIGKILL")
+    })
+  )
+
+/** FFMPEG_PATH / FFPROBE_PATH, then the system's, then the npm installer packages (development fallback). */
+const locateTool = (configured: Option.Option<string>, name: "ffmpeg" | "ffprobe") =>
+  Effect.promise(async (): Promise<string | null> => {
+    if (Option.isSome(configured)) return configured.value
+    const system = Bun.which(name)
+    if (system !== null) return system
+    try {
+      const installer = name === "ffmpeg"
+        ? await import("@ffmpeg-installer/ffmpeg")
+        : await import("@ffprobe-installer/ffprobe")
+      return installer.path
+    } catch {
+      return null
+    }
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Reading their output
+
+const NumberString = Schema.Union(Schema.NumberFromString, Schema.Number)
+
+const ProbeOutput = Schema.Struct({
+  streams: Schema.optionalWith(
+    Schema.Array(Schema.Struct({
+      index: Schema.Number,
+      codec_type: Schema.optional(Schema.String),
+      codec_name: Schema.optional(Schema.String),
+      width: Schema.optional(Schema.Number),
+      height: Schema.optional(Schema.Number),
+      duration: Schema.optional(NumberString),
+      avg_frame_rate: Schema.optional(Schema.String),
+      disposition: Schema.optional(Schema.Struct({ attached_pic: Schema.optional(Schema.Number) }))
+    })),
+    { default: () => [] }
+  ),
+  format: Schema.optional(Schema.Struct({
+    format_name: Schema.optional(Schema.String),
+    duration: Schema.optional(NumberString)
+  }))
+})
+type ProbeOutput = typeof ProbeOutput.Type
+
+interface FrameSample {
+  readonly time: number
+  readonly scene: number
+  readonly lumaChange: number
+}
+
+/** `metadata=print` output: a `frame:N pts:P pts_time:T` line, then `key=value` lines. */
+export const parseFrameMetadata = (text: string): ReadonlyArray<FrameSample> => {
+  const frames: Array<{ time: number; scene: number; lumaChange: number }> = []
+  for (const line of text.split("\n")) {
+    const header = /^frame:\d+\s+pts:\S+\s+pts_time:(\S+)/.exec(line)
+    if (header !== null) {
+      frames.push({ time: Number(header[1]), scene: 0, lumaChange: 0 })
+      continue
+    }
+    const current = frames[frames.length - 1]
+    if (current === undefined) continue
+    if (line.startsWith("lavfi.scene_score=")) current.scene = Number(line.slice("lavfi.scene_score=".length))
+    else if (line.startsWith("lavfi.signalstats.YDIF=")) current.lumaChange = Number(line.slice("lavfi.signalstats.YDIF=".length))
+  }
+  return frames.filter((frame) => Number.isFinite(frame.time))
+}
+
+/** The integrated loudness from ebur128's summary, or null when absent. */
+export const parseIntegratedLoudness = (stderr: string): number | null => {
+  const summary = stderr.lastIndexOf("Summary:")
+  if (summary === -1) return null
+  const match = /I:\s+(-?[\d.]+|-inf)\s+LUFS/.exec(stderr.slice(summary))
+  if (match === null) return null
+  return match[1] === "-inf" ? -70 : Number(match[1])
+}
+
+/** Video packets' end time minus their start: the duration of a stream whose container does not state it. */
+export const parsePacketSpan = (csv: string): number | null => {
+  let first = Infinity
+  let last = -Infinity
+  for (const line of csv.split("\n")) {
+    const [pts, duration] = line.trim().split(",")
+    const start = Number(pts)
+    if (pts === undefined || pts === "" || !Number.isFinite(start)) continue
+    const length = Number(duration)
+    first = Math.min(first, start)
+    last = Math.max(last, start + (Number.isFinite(length) ? length : 0))
+  }
+  return Number.isFinite(first) && last > first ? last - first : null
+}
+
+const round3 = (value: number) => Math.round(value * 1000) / 1000
+
+export interface OpeningAnalysis extends OpeningFeatures {
+  readonly frames: number
+}
+
+/** The features of the opening, from the frames' scene scores and luma changes. */
+export const analyseOpening = (
+  frames: ReadonlyArray<FrameSample>,
+  loudnessLufs: number | null,
+  options: { readonly cutThreshold: number; readonly cutSkipSec: number }
+): OpeningAnalysis => {
+  const start = frames[0]?.time ?? 0
+  const cut = frames.find((frame) => frame.time - start > options.cutSkipSec && frame.scene > options.cutThreshold)
+  // Motion: consecutive frames within one shot, normalised to 30 fps so frame rate does not count.
+  let motionSum = 0
+  let motionFrames = 0
+  for (let i = 1; i < frames.length; i++) {
+    const step = frames[i].time - frames[i - 1].time
+    if (step <= 0 || frames[i].scene > options.cutThreshold) continue
+    motionSum += frames[i].lumaChange / (step * 30)
+    motionFrames++
+  }
+  return {
+    frames: frames.length,
+    hookDurationSec: cut === undefined ? null : round3(cut.time - start),
+    motion: motionFrames === 0 ? 0 : round3(motionSum / motionFrames),
+    loudnessLufs: loudnessLufs === null ? null : round3(loudnessLufs)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/** The clip is read from the local file only: references inside it to other files or URLs are not followed. */
+const localOnly = ["-protocol_whitelist", "file"]
+
+const failure = (type: ScoreFailureType, message: string, durationSec: number | null = null) =>
+  new ScoreFailure({ type, message, durationSec })
+
+const isVideoStream = (stream: ProbeOutput["streams"][number]) =>
+  stream.codec_type === "video" && stream.disposition?.attached_pic !== 1
+
+export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScorer", {
+  effect: Effect.gen(function*() {
+    const config = yield* ScorerConfig
+    const ffprobe = yield* locateTool(config.ffprobePath, "ffprobe")
+    const ffmpeg = yield* locateTool(config.ffmpegPath, "ffmpeg")
+    if (ffprobe === null || ffmpeg === null) {
+      yield* Effect.logError("ffmpeg/ffprobe not found: set FFMPEG_PATH and FFPROBE_PATH or install ffmpeg; clips will fail with analysis_failed")
+    }
+    const timeoutSec = Duration.toSeconds(config.analysisTimeout)
+    const maxDurationSec = Duration.toSeconds(config.maxClipDuration)
+    const openingSec = Duration.toSeconds(config.openingWindow)
+
+    const run = (command: ReadonlyArray<string>, durationSec: number | null) =>
+      runProcess(command, config.analysisTimeout).pipe(
+        Effect.catchTag("ProcessTimeout", () =>
+          Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)))
+      )
+
+    const probe = (path: string, tool: string) =>
+      Effect.gen(function*() {
+        const result = yield* run([tool, ...localOnly, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", path], null)
+        const unreadable = failure("unsupported_media", "The file could not be read as an MP4, MOV or WebM video.")
+        if (result.exitCode !== 0) {
+          yield* Effect.logDebug("ffprobe refused the file").pipe(Effect.annotateLogs("stderr", result.stderr.slice(0, 500)))
+          return yield* unreadable
+        }
+        return yield* Schema.decodeUnknown(Schema.parseJson(ProbeOutput))(result.stdout).pipe(Effect.mapError(() => unreadable))
+      })
+
+    const measureDuration = (path: string, tool: string, probed: ProbeOutput, videoIndex: number) =>
+      Effect.gen(function*() {
+        const stated = probed.format?.duration ?? probed.streams.find((s) => s.index === videoIndex)?.duration
+        if (stated !== undefined && Number.isFinite(stated) && stated > 0) return stated
+        const packets = yield* run(
+          [tool, ...localOnly, "-v", "error", "-select_streams", `${videoIndex}`, "-show_entries", "packet=pts_time,duration_time", "-of", "csv=p=0", path],
+          null
+        )
+        return packets.exitCode === 0 ? parsePacketSpan(packets.stdout) : null
+      })
+
+    const score = (clip: { readonly path: string }): Effect.Effect<ClipScore, ScoreFailure> =>
+      Effect.gen(function*() {
+        if (ffprobe === null || ffmpeg === null) {
+          return yield* failure("analysis_failed", "The media analyser is not available on this server.")
+        }
+        const probed = yield* probe(clip.path, ffprobe)
+        const container = probed.format?.format_name ?? ""
+        if (!/\b(mov|mp4|webm)\b/.test(container)) {
+          return yield* failure("unsupported_media", "The file is not an MP4, MOV or WebM video.")
+        }
+        const video = probed.streams.find(isVideoStream)
+        if (video === undefined) return yield* failure("unsupported_media", "The file has no video stream.")
+        const durationSec = yield* measureDuration(clip.path, ffprobe, probed, video.index)
+        if (durationSec === null) return yield* failure("unsupported_media", "The video stream holds no frames.")
+        if (durationSec > maxDurationSec) {
+          return yield* failure(
+            "clip_too_long",
+            `The clip lasts ${Math.round(durationSec)} seconds; at most ${maxDurationSec} are scored.`,
+            round3(durationSec)
+          )
+        }
+        const audio = probed.streams.find((s) => s.codec_type === "audio")
+        const videoChain = `[0:${video.index}]scale=w=-2:h='min(ih,360)',format=gbrp,select='gte(scene\\,0)',` +
+          `scale,format=yuv420p,signalstats,metadata=mode=print:file=-[v]`
+        const graph = audio === undefined ? videoChain : `${videoChain};[0:${audio.index}]ebur128=framelog=verbose[a]`
+        const analysed = yield* run(
+          [
+            ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-t", String(openingSec), "-i", clip.path,
+            "-filter_complex", graph, "-map", "[v]", "-f", "null", "-",
+            ...(audio === undefined ? [] : ["-map", "[a]", "-f", "null", "-"])
+          ],
+          round3(durationSec)
+        )
+        const frames = parseFrameMetadata(analysed.stdout)
+        if (analysed.exitCode !== 0 || frames.length === 0) {
+          yield* Effect.logDebug("ffmpeg could not decode the clip").pipe(
+            Effect.annotateLogs("stderr", analysed.stderr.slice(-500))
+          )
+          return yield* failure("unsupported_media", "The video could not be decoded.", round3(durationSec))
+        }
+        const opening = analyseOpening(frames, audio === undefined ? null : parseIntegratedLoudness(analysed.stderr), {
+          cutThreshold: config.cutThreshold,
+          cutSkipSec: Duration.toSeconds(config.cutSkip)
+        })
+        return {
+          band: bandOf(opening),
+          hookDurationSec: opening.hookDurationSec,
+          durationSec: round3(durationSec),
+          category: null,
+          features: {
+            container: container.includes("webm") ? "webm" : "mp4/mov",
+            video_codec: video.codec_name ?? null,
+            width: video.width ?? null,
+            height: video.height ?? null,
+            frames_analysed: opening.frames,
+            motion: opening.motion,
+            loudness_lufs: opening.loudnessLufs
+          }
+        }
+      }).pipe(Effect.withSpan("ClipScorer.score"))
+
+    const api: ClipScorerApi = { score }
+    return api
+  })
+}) {}
