@@ -1,0 +1,79 @@
+/**
+ * Webhook settings, from the environment, with the contract's values as defaults
+ * (decisions.md, "Webhooks"). Durations accept the short form ("5s", "100ms", "2h") or
+ * Effect's ("5 seconds").
+ */
+import { Config, ConfigError, Duration, Either, Option } from "effect"
+
+const shortDuration = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/
+const unitMillis: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+
+/** "5s", "100ms", "2h", or any form Effect's Duration understands ("5 seconds"). */
+export const parseDuration = (text: string): Option.Option<Duration.Duration> => {
+  const trimmed = text.trim()
+  const short = shortDuration.exec(trimmed)
+  if (short !== null) return Option.some(Duration.millis(Number(short[1]) * unitMillis[short[2]]))
+  return Duration.decodeUnknown(trimmed)
+}
+
+const duration = (name: string, fallback: Duration.DurationInput) =>
+  Config.string(name).pipe(
+    Config.mapOrFail((text) =>
+      Option.match(parseDuration(text), {
+        onNone: () => Either.left(ConfigError.InvalidData([], `${name}: "${text}" is not a duration (e.g. 5s, 100ms, 2h)`)),
+        onSome: Either.right
+      })
+    ),
+    Config.withDefault(Duration.decode(fallback))
+  )
+
+/** Retry delays after each failed attempt; the delivery fails after the last one. */
+export const defaultRetrySchedule = "5s,5m,30m,2h,5h,10h,10h"
+
+export const parseRetrySchedule = (text: string): Either.Either<ReadonlyArray<Duration.Duration>, string> => {
+  const parts = text.split(",").map((part) => part.trim()).filter((part) => part !== "")
+  const delays: Array<Duration.Duration> = []
+  for (const part of parts) {
+    const delay = parseDuration(part)
+    if (Option.isNone(delay)) return Either.left(`"${part}" is not a duration (e.g. 5s, 5m, 2h)`)
+    delays.push(delay.value)
+  }
+  return Either.right(delays)
+}
+
+export const WebhookConfig = Config.all({
+  /** Allow targets in private, loopback, link-local and reserved ranges (local development, tests). */
+  allowPrivate: Config.boolean("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
+  /** Allow plain http:// targets (local development, tests). */
+  allowInsecure: Config.boolean("WEBHOOK_ALLOW_INSECURE").pipe(Config.withDefault(false)),
+  /** Time allowed for one delivery attempt: name resolution, connection, and the answer's headers. */
+  timeout: duration("WEBHOOK_TIMEOUT", Duration.seconds(10)),
+  /** Time allowed to resolve the host name when a URL is set. */
+  resolveTimeout: duration("WEBHOOK_RESOLVE_TIMEOUT", Duration.seconds(5)),
+  retrySchedule: Config.string("WEBHOOK_RETRY_SCHEDULE").pipe(
+    Config.withDefault(defaultRetrySchedule),
+    Config.mapOrFail((text) =>
+      Either.mapLeft(parseRetrySchedule(text), (message) => ConfigError.InvalidData([], `WEBHOOK_RETRY_SCHEDULE: ${message}`))
+    )
+  ),
+  /** After a rotation, deliveries are also signed with the previous secret for this long. */
+  previousSecretTtl: duration("WEBHOOK_PREVIOUS_SECRET_TTL", Duration.hours(24)),
+  /** How often an idle dispatcher looks for due deliveries (LISTEN/NOTIFY wakes it sooner on Postgres). */
+  pollInterval: duration("WEBHOOK_POLL_INTERVAL", Duration.seconds(1)),
+  /**
+   * How long a claimed delivery stays reserved for the dispatcher that claimed it. A process
+   * that dies mid-attempt leaves its claims to others once this passes; never shorter than the
+   * attempt timeout plus a second.
+   */
+  claimLease: duration("WEBHOOK_CLAIM_LEASE", Duration.seconds(60)),
+  /** Deliveries one process attempts at the same time. */
+  concurrency: Config.integer("WEBHOOK_DISPATCH_CONCURRENCY").pipe(
+    Config.withDefault(16),
+    Config.validate({ message: "WEBHOOK_DISPATCH_CONCURRENCY must be at least 1", validation: (n) => n >= 1 })
+  )
+})
+export type WebhookConfig = Config.Config.Success<typeof WebhookConfig>
+
+/** The lease actually used: long enough to outlast one attempt. */
+export const effectiveLease = (config: WebhookConfig): Duration.Duration =>
+  Duration.max(config.claimLease, Duration.sum(config.timeout, Duration.seconds(1)))

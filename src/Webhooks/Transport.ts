@@ -1,0 +1,137 @@
+/**
+ * One delivery attempt over HTTP: check the URL (UrlPolicy), sign, POST, classify the answer.
+ *
+ * The request connects to an address the policy checked, not to whatever the name resolves
+ * to a moment later: the URL's host is replaced by that address, the original host goes in the
+ * Host header, and for https the TLS server name (SNI and certificate check) stays the host
+ * name. When a connection cannot be made, the next checked address is tried (a host with a
+ * broken IPv6 or IPv4 route still gets its events). Redirects are not followed (a 3xx is a
+ * failed attempt), environment proxies are not used, and the whole attempt (resolution
+ * included) has one timeout.
+ */
+import { Clock, Duration, Effect } from "effect"
+import { recordWebhookAttempt, webhookOutcome } from "../Observability/Metrics.js"
+import { signatureHeaders } from "./Signing.js"
+import { type Address, resolveTarget, type Target, type UrlRefused, type UrlRules } from "./UrlPolicy.js"
+
+export interface AttemptOutcome {
+  readonly delivered: boolean
+  /** Null when no HTTP answer came (refused URL, connection failure, timeout). */
+  readonly statusCode: number | null
+  readonly durationMs: number
+  /** Why the attempt failed, without the URL (it may carry the receiver's own tokens). */
+  readonly error: string | null
+}
+
+export interface AttemptInput {
+  readonly url: string
+  /** Current secret first; the previous one too while its rotation window lasts. */
+  readonly secrets: ReadonlyArray<string>
+  readonly eventId: string
+  readonly body: string
+}
+
+export interface AttemptRules extends UrlRules {
+  readonly timeout: Duration.Duration
+  readonly resolveTimeout: Duration.Duration
+}
+
+const userAgent = "Hookline-Webhooks/1.0"
+
+/** The URL to connect to: a checked address in place of the host name. */
+const pinnedUrl = (target: Target, address: Address): string => {
+  if (target.literal) return target.url.toString()
+  const pinned = new URL(target.url.toString())
+  pinned.hostname = address.family === 6 ? `[${address.address}]` : address.address
+  return pinned.toString()
+}
+
+const errorCode = (cause: unknown): string | null =>
+  typeof cause === "object" && cause !== null && "code" in cause && typeof cause.code === "string" ? cause.code : null
+
+/** Failures that happen before anything is sent, so trying another address cannot deliver twice. */
+const connectFailures = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL", "ConnectionRefused"])
+
+type Step =
+  | { readonly _tag: "Answered"; readonly status: number }
+  | { readonly _tag: "Failed"; readonly error: string }
+
+const postTo = (target: Target, address: Address, headers: Record<string, string>, body: string) =>
+  Effect.tryPromise({
+    try: async (signal) => {
+      const response = await fetch(pinnedUrl(target, address), {
+        method: "POST",
+        headers: { ...headers, host: target.url.host },
+        body,
+        redirect: "manual",
+        proxy: false,
+        signal,
+        ...(target.url.protocol === "https:" && !target.literal ? { tls: { serverName: target.url.hostname } } : {})
+      })
+      // The answer's body is not used; do not wait for it.
+      await response.body?.cancel().catch(() => undefined)
+      return response.status
+    },
+    catch: errorCode
+  })
+
+const post = (target: Target, headers: Record<string, string>, body: string): Effect.Effect<Step> =>
+  Effect.gen(function*() {
+    let code: string | null = null
+    for (const address of target.addresses) {
+      const result = yield* Effect.either(postTo(target, address, headers, body))
+      if (result._tag === "Right") return { _tag: "Answered", status: result.right } satisfies Step
+      code = result.left
+      if (code === null || !connectFailures.has(code)) break
+    }
+    return { _tag: "Failed", error: code === null ? "connection failed" : `connection failed (${code})` } satisfies Step
+  })
+
+const outcome = (step: Step, durationMs: number): AttemptOutcome => {
+  if (step._tag === "Failed") return { delivered: false, statusCode: null, durationMs, error: step.error }
+  const status = step.status
+  if (status >= 200 && status < 300) return { delivered: true, statusCode: status, durationMs, error: null }
+  const error = status >= 300 && status < 400 ? `answered ${status}; redirects are not followed` : `answered ${status}`
+  return { delivered: false, statusCode: status, durationMs, error }
+}
+
+/**
+ * Sends one attempt: `check` yields the target (or the reason it is refused), then the event is
+ * signed at the current second and posted. Never fails; the outcome says what happened.
+ */
+const run = (
+  check: Effect.Effect<Target, UrlRefused>,
+  input: AttemptInput,
+  rules: AttemptRules
+): Effect.Effect<AttemptOutcome> =>
+  Effect.gen(function*() {
+    const started = yield* Clock.currentTimeMillis
+    const step = yield* Effect.gen(function*() {
+      const checked = yield* Effect.either(check)
+      if (checked._tag === "Left") return { _tag: "Failed", error: `url refused: ${checked.left.message}` } satisfies Step
+      const seconds = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+      const headers = {
+        "content-type": "application/json",
+        "user-agent": userAgent,
+        ...signatureHeaders(input.secrets, input.eventId, seconds, input.body)
+      }
+      return yield* post(checked.right, headers, input.body)
+    }).pipe(
+      Effect.timeoutTo({
+        duration: rules.timeout,
+        onTimeout: (): Step => ({ _tag: "Failed", error: `timed out after ${Duration.format(rules.timeout)}` }),
+        onSuccess: (step): Step => step
+      })
+    )
+    const result = outcome(step, (yield* Clock.currentTimeMillis) - started)
+    yield* recordWebhookAttempt(webhookOutcome(result.statusCode), result.durationMs / 1000)
+    return result
+  })
+
+/** One attempt, the URL checked (and its host resolved) within the attempt's timeout. */
+export const attempt = (input: AttemptInput, rules: AttemptRules): Effect.Effect<AttemptOutcome> =>
+  run(resolveTarget(input.url, rules, rules.resolveTimeout), input, rules)
+
+/** One attempt to a target the caller has just checked. */
+export const attemptAt = (target: Target, input: AttemptInput, rules: AttemptRules): Effect.Effect<AttemptOutcome> =>
+  run(Effect.succeed(target), input, rules)

@@ -1,0 +1,202 @@
+/**
+ * Account webhooks: the URL and signing secret of each account (decisions.md, "Webhooks"),
+ * the test send, and the outbox other rooms write events into (`enqueueEvent`). Deliveries are
+ * made by the dispatcher (Dispatcher.ts).
+ *
+ * Secrets are stored encrypted (SecretBox.ts). A rotation keeps the previous secret for
+ * WEBHOOK_PREVIOUS_SECRET_TTL (24 hours); only the most recent previous secret is kept.
+ */
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Either, Option, Redacted, Schema } from "effect"
+import { Secrets } from "../Config.js"
+import { ValidationFailed } from "../Errors.js"
+import { newId } from "../Ids.js"
+import type { Prediction } from "../Predictions/Api.js"
+import { DatabaseMode, orDieOnDb } from "../Sql.js"
+import type { Webhook, WebhookSecret, WebhookTest } from "./Api.js"
+import { WebhookConfig } from "./Config.js"
+import { makeSecretBox, type SecretUnreadable } from "./SecretBox.js"
+import { eventBody, generateSecret } from "./Signing.js"
+import { attemptAt, type AttemptRules } from "./Transport.js"
+import { resolveTarget } from "./UrlPolicy.js"
+
+export type EventType = "prediction.succeeded" | "prediction.failed"
+
+/** Channel the outbox notifies on commit (Postgres only; embedded mode polls). */
+export const deliveriesChannel = "hookline_webhook_deliveries"
+
+const WebhookRow = Schema.Struct({
+  url: Schema.String,
+  enabled: Schema.Boolean,
+  secret_ciphertext: Schema.String,
+  /** Null once the rotation window has passed. */
+  previous_secret_ciphertext: Schema.NullOr(Schema.String)
+})
+
+const notConfigured = new ValidationFailed({ message: "No webhook is configured; set one with PUT /v1/webhooks first." })
+
+/** A made-up prediction for the test send; its ids are fresh, so receivers can tell it apart. */
+const syntheticPrediction = (now: Date): Prediction => ({
+  object: "prediction",
+  id: newId("pred"),
+  status: "succeeded",
+  created_at: new Date(now.getTime() - 30_000).toISOString(),
+  completed_at: now.toISOString(),
+  input: { duration_sec: 12.4 },
+  result: { band: "high", hook_duration_sec: 1.6, category: null },
+  error: null
+})
+
+export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const mode = yield* DatabaseMode
+    const config = yield* WebhookConfig
+    const secrets = yield* Secrets
+    const box = makeSecretBox(Redacted.value(secrets.webhookSecretKey))
+    const rules: AttemptRules = {
+      allowInsecure: config.allowInsecure,
+      allowPrivate: config.allowPrivate,
+      timeout: config.timeout,
+      resolveTimeout: config.resolveTimeout
+    }
+
+    /** The signing secrets of a webhook row: the current one first, then the previous one if still valid. */
+    const openSecrets = (
+      accountId: string,
+      current: string,
+      previous: string | null
+    ): Either.Either<ReadonlyArray<string>, SecretUnreadable> =>
+      Either.all(
+        previous === null
+          ? [box.open(current, accountId)]
+          : [box.open(current, accountId), box.open(previous, accountId)]
+      )
+
+    const findRow = (accountId: string) =>
+      sql`
+        SELECT url, enabled, secret_ciphertext,
+               CASE WHEN previous_secret_expires_at > now() THEN previous_secret_ciphertext END AS previous_secret_ciphertext
+          FROM webhooks WHERE account_id = ${accountId}`.pipe(
+        Effect.flatMap((rows) =>
+          rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(Schema.decodeUnknown(WebhookRow)(rows[0]), Option.some)
+        ),
+        orDieOnDb
+      )
+
+    const checkUrl = (url: string) =>
+      resolveTarget(url, rules, config.resolveTimeout).pipe(
+        Effect.mapError((refused) => new ValidationFailed({ message: `url: ${refused.message}` }))
+      )
+
+    const get = (accountId: string) =>
+      Effect.map(findRow(accountId), Option.match({
+        onNone: (): Webhook => ({ object: "webhook", url: null, configured: false }),
+        onSome: (row): Webhook => ({ object: "webhook", url: row.url, configured: row.enabled })
+      }))
+
+    /** Sets the URL (and enables the webhook); the secret is issued only when the webhook is created. */
+    const set = (accountId: string, url: string) =>
+      Effect.gen(function*() {
+        yield* checkUrl(url)
+        const secret = generateSecret()
+        const created = yield* sql`
+          INSERT INTO webhooks (account_id, url, enabled, secret_ciphertext)
+          VALUES (${accountId}, ${url}, true, ${box.seal(secret, accountId)})
+          ON CONFLICT (account_id) DO NOTHING
+          RETURNING account_id`.pipe(orDieOnDb)
+        if (created.length > 0) {
+          return { object: "webhook", url, configured: true, secret } satisfies WebhookSecret
+        }
+        yield* sql`UPDATE webhooks SET url = ${url}, enabled = true, updated_at = now() WHERE account_id = ${accountId}`.pipe(
+          orDieOnDb
+        )
+        return { object: "webhook", url, configured: true } satisfies WebhookSecret
+      })
+
+    /** DELETE: configured becomes false; url and secret are kept. Without a webhook, nothing changes. */
+    const disable = (accountId: string) =>
+      Effect.gen(function*() {
+        yield* sql`UPDATE webhooks SET enabled = false, updated_at = now() WHERE account_id = ${accountId}`.pipe(orDieOnDb)
+        return yield* get(accountId)
+      })
+
+    /** A new secret, shown once; the current one stays valid for the rotation window. */
+    const rotate = (accountId: string) =>
+      Effect.gen(function*() {
+        const secret = generateSecret()
+        const ttlMs = Duration.toMillis(config.previousSecretTtl)
+        const rows = yield* sql`
+          UPDATE webhooks
+             SET previous_secret_ciphertext = secret_ciphertext,
+                 previous_secret_expires_at = now() + ${ttlMs}::float8 * interval '1 millisecond',
+                 secret_ciphertext = ${box.seal(secret, accountId)},
+                 updated_at = now()
+           WHERE account_id = ${accountId}
+          RETURNING url, enabled`.pipe(
+          Effect.flatMap(Schema.decodeUnknown(Schema.Array(Schema.Struct({ url: Schema.String, enabled: Schema.Boolean })))),
+          orDieOnDb
+        )
+        if (rows.length === 0) return yield* notConfigured
+        return { object: "webhook", url: rows[0].url, configured: rows[0].enabled, secret } satisfies WebhookSecret
+      })
+
+    /** One synchronous, signed attempt of a synthetic prediction.succeeded event; nothing is stored. */
+    const sendTest = (accountId: string) =>
+      Effect.gen(function*() {
+        const row = yield* findRow(accountId)
+        if (Option.isNone(row) || !row.value.enabled) return yield* notConfigured
+        const target = yield* checkUrl(row.value.url)
+        const signingSecrets = yield* Either.match(
+          openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
+          { onLeft: (unreadable) => Effect.dieMessage(`webhook secret of ${accountId}: ${unreadable.message}`), onRight: Effect.succeed }
+        )
+        const now = new Date()
+        const eventId = newId("evt")
+        const body = eventBody({ id: eventId, type: "prediction.succeeded", createdAt: now.toISOString(), data: syntheticPrediction(now) })
+        const outcome = yield* attemptAt(target, { url: row.value.url, secrets: signingSecrets, eventId, body }, rules)
+        yield* Effect.annotateLogs(Effect.logInfo("webhook test sent"), {
+          account_id: accountId,
+          delivered: outcome.delivered,
+          status_code: outcome.statusCode ?? "none"
+        })
+        return {
+          object: "webhook_test",
+          delivered: outcome.delivered,
+          status_code: outcome.statusCode,
+          event: "prediction.succeeded"
+        } satisfies WebhookTest
+      })
+
+    /** Plan loss disables the account webhook; url and secret are kept. Joins the caller's transaction. */
+    const disableForAccount = (accountId: string) =>
+      sql`UPDATE webhooks SET enabled = false, updated_at = now() WHERE account_id = ${accountId}`.pipe(
+        Effect.asVoid,
+        orDieOnDb
+      )
+
+    /**
+     * The outbox: records an event for delivery to the account's webhook, when one is enabled.
+     * Call it inside the transaction of the state change that causes the event, so both commit
+     * or neither does. Returns the delivery id, or null when the account has no enabled webhook.
+     */
+    const enqueueEvent = (accountId: string, type: EventType, data: Prediction) =>
+      Effect.gen(function*() {
+        const eventId = newId("evt")
+        const deliveryId = newId("dlv")
+        const body = eventBody({ id: eventId, type, createdAt: new Date().toISOString(), data })
+        const rows = yield* sql`
+          INSERT INTO webhook_deliveries (id, event_id, account_id, event_type, payload, body)
+          SELECT ${deliveryId}, ${eventId}, ${accountId}, ${type}, ${body}::jsonb, ${body}
+            FROM webhooks WHERE account_id = ${accountId} AND enabled
+          RETURNING id`
+        if (rows.length === 0) return null
+        // Sent when the caller's transaction commits; wakes the dispatchers at once.
+        if (!mode.embedded) yield* sql`SELECT pg_notify(${deliveriesChannel}, ${deliveryId})`
+        return deliveryId
+      }).pipe(orDieOnDb)
+
+    return { config, rules, openSecrets, get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent } as const
+  }),
+  dependencies: [Secrets.Live]
+}) {}
