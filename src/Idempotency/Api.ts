@@ -1,0 +1,52 @@
+/**
+ * The Idempotency-Key contract, documented on each POST endpoint that honours it with
+ * `.annotate(OpenApi.Transform, acceptsIdempotencyKey)`. The header is read and checked by
+ * `idempotent(...)` (Idempotent.ts), after authentication and payload validation.
+ */
+
+/** 1 to 255 printable ASCII characters (space to tilde). */
+export const idempotencyKeyPattern = /^[\x20-\x7E]{1,255}$/
+
+export const idempotencyKeyRule = "must be 1 to 255 printable ASCII characters"
+
+const description =
+  "Makes a retry safe (Stripe semantics). The first successful answer to a key is kept 24 hours with a " +
+  "fingerprint of method, path and body; a repeat replays its status, body and X-Credits-* headers with " +
+  "`Idempotent-Replayed: true` and has no second effect. A concurrent repeat waits for the first and replays it. " +
+  "The same key with another method, path or body is 422 validation_error. Error answers are not kept (they " +
+  "changed nothing), so a retry after one runs again. Keys are scoped to the account (to the admin token on /admin)."
+
+interface Operation {
+  parameters?: Array<Record<string, unknown>>
+  responses?: Record<string, { headers?: Record<string, unknown> }>
+}
+
+/** OpenApi.Transform for an endpoint: documents the request header and the replay header. */
+export const acceptsIdempotencyKey = (spec: Record<string, any>): Record<string, any> => {
+  const operation = spec as Operation
+  operation.parameters = [
+    ...(operation.parameters ?? []),
+    {
+      name: "Idempotency-Key",
+      in: "header",
+      required: false,
+      description,
+      schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[\\x20-\\x7E]+$" }
+    }
+  ]
+  const ok = operation.responses?.["200"]
+  if (ok !== undefined) {
+    ok.headers = {
+      ...ok.headers,
+      "Idempotent-Replayed": {
+        description: "`true` when this answer is the stored answer to an earlier request with the same Idempotency-Key.",
+        schema: { type: "string", enum: ["true"] }
+      },
+      "Original-Request-Id": {
+        description: "On a replay: the X-Request-Id of the request whose answer is replayed.",
+        schema: { type: "string" }
+      }
+    }
+  }
+  return spec
+}

@@ -1,0 +1,191 @@
+/**
+ * `idempotent(effect, parameters)`: what a handler wraps its work in to honour Idempotency-Key.
+ *
+ *   .handle("grantCredits", ({ path, payload }) => idempotent(grant(path.id, payload), payload))
+ *
+ * It runs inside the handler, so after authentication and after the payload was decoded: a
+ * request that fails either never reaches it and stores nothing. Without the header the effect
+ * just runs. With it:
+ * - the key must be 1 to 255 printable ASCII characters (else 422 naming Idempotency-Key);
+ * - the key is scoped to the caller's account, or to the admin token on /admin;
+ * - the fingerprint is method, path (with query) and the decoded `parameters` in canonical JSON
+ *   (key order and whitespace do not matter; a route without a body passes none: its body is
+ *   ignored). Another fingerprint on a known key → 422 naming Idempotency-Key;
+ * - the first request runs the effect; a 2xx answer is stored (status, JSON body, and the
+ *   headers the handler itself added, i.e. X-Credits-*) and returned; an error is not stored:
+ *   it changed nothing, so the key is freed and a retry runs again (this covers 5xx as well);
+ * - the run goes on when its client hangs up (a client timing out is the usual reason to
+ *   retry), so the retry finds the finished answer instead of running the request twice;
+ * - a repeat gets the stored answer with `Idempotent-Replayed: true` and
+ *   `Original-Request-Id`; one arriving while the first runs waits for it.
+ *
+ * The answer is encoded here with the route's success schema (exactly as the framework would)
+ * so that the stored bytes and the first response are the same bytes. Pre-response handlers the
+ * effect appends must only set headers: they are applied once to capture those headers and once
+ * to the real response.
+ */
+import {
+  HttpApiEndpoint,
+  HttpApiSchema,
+  HttpApp,
+  HttpRouter,
+  HttpServerRequest,
+  HttpServerResponse
+} from "@effect/platform"
+import { Duration, Effect, Exit, Fiber, FiberRef, Option, Schema } from "effect"
+import { HooklineApi } from "../Api.js"
+import { CurrentCaller } from "../Auth/Api.js"
+import { RequestId, ValidationFailed } from "../Errors.js"
+import { sha256Hex } from "../Ids.js"
+import { idempotencyKeyPattern, idempotencyKeyRule } from "./Api.js"
+import { Idempotency, type KeyRequest, type StoredAnswer } from "./Idempotency.js"
+
+/** Every endpoint's success schema, keyed by the route the router matched. */
+const successSchemas: ReadonlyMap<string, Schema.Schema<unknown, unknown>> = (() => {
+  const schemas = new Map<string, Schema.Schema<unknown, unknown>>()
+  for (const group of Object.values(HooklineApi.groups)) {
+    for (const endpoint of Object.values(group.endpoints) as ReadonlyArray<HttpApiEndpoint.HttpApiEndpoint.AnyWithProps>) {
+      schemas.set(`${endpoint.method} ${endpoint.path}`, endpoint.successSchema as Schema.Schema<unknown, unknown>)
+    }
+  }
+  return schemas
+})()
+
+/** JSON with object keys sorted at every level, so equal parameters give equal text. */
+const canonicalJson = (value: unknown): string =>
+  JSON.stringify(value, (_key, inner: unknown) =>
+    inner !== null && typeof inner === "object" && !Array.isArray(inner) && !(inner instanceof Date)
+      ? Object.fromEntries(Object.entries(inner).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : inner) ?? ""
+
+const replay = (answer: StoredAnswer) =>
+  HttpServerResponse.text(answer.body, {
+    status: answer.status,
+    contentType: answer.contentType,
+    headers: {
+      ...answer.headers,
+      "idempotent-replayed": "true",
+      ...(answer.requestId === null ? {} : { "original-request-id": answer.requestId })
+    }
+  })
+
+const mismatch = (method: string, path: string) =>
+  new ValidationFailed({
+    message: `Idempotency-Key: this key was already used for another request (${method} ${path} with other parameters); ` +
+      "use a new key for a new request."
+  })
+
+/** The account for /v1 routes; the admin token (as a digest) for /admin routes. */
+const scopeOf = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.map(Effect.serviceOption(CurrentCaller), (caller) => {
+    if (Option.isSome(caller)) return Option.some(`account:${caller.value.accountId}`)
+    const token = /^Bearer (\S+)$/.exec(request.headers["authorization"] ?? "")
+    return token !== null && request.url.startsWith("/admin/")
+      ? Option.some(`admin:${sha256Hex(token[1]).slice(0, 32)}`)
+      : Option.none()
+  })
+
+export const idempotent = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  parameters?: unknown
+): Effect.Effect<
+  A | HttpServerResponse.HttpServerResponse,
+  E | ValidationFailed,
+  R | Idempotency | HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext
+> =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const key = request.headers["idempotency-key"]
+    if (key === undefined) return yield* effect
+    if (!idempotencyKeyPattern.test(key)) {
+      return yield* new ValidationFailed({ message: `Idempotency-Key: ${idempotencyKeyRule}.` })
+    }
+    const scope = yield* scopeOf(request)
+    if (Option.isNone(scope)) return yield* Effect.dieMessage(`idempotent() used on an unauthenticated route ${request.url}`)
+    const route = yield* HttpRouter.RouteContext
+    const success = successSchemas.get(`${route.route.method} ${route.route.path}`)
+    if (success === undefined) return yield* Effect.dieMessage(`No endpoint for ${route.route.method} ${route.route.path}`)
+    const store = yield* Idempotency
+    const keyRequest: KeyRequest = {
+      scope: scope.value,
+      key,
+      method: request.method,
+      path: request.url,
+      fingerprint: sha256Hex(`${request.method}\n${request.url}\n${canonicalJson(parameters)}`),
+      requestId: yield* RequestId
+    }
+
+    // A repeat waits for the first request, looking again after 1, 2, 4, 8, then every 10 poll intervals.
+    for (let waits = 0; ; waits++) {
+      const claim = yield* store.claim(keyRequest)
+      switch (claim._tag) {
+        case "Mismatch":
+          return yield* mismatch(claim.method, claim.path)
+        case "Completed":
+          return replay(claim.answer)
+        case "InProgress":
+          yield* Effect.sleep(Duration.times(store.config.pollInterval, Math.min(2 ** waits, 10)))
+          continue
+        case "Claimed":
+          return yield* runAsOwner(effect, success, keyRequest, claim.owner)
+      }
+    }
+  })
+
+/**
+ * Runs the effect under the claim and stores its answer (or frees the key when it failed).
+ * It runs in a fiber of its own: a client that hangs up mid-way does not stop it, so whatever it
+ * committed is answered to the client's retry. A run stopped by a server shutdown keeps its claim
+ * (what it committed is unknown); the claim is taken over after the lock timeout, as after a crash.
+ */
+const runAsOwner = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  success: Schema.Schema<unknown, unknown>,
+  keyRequest: KeyRequest,
+  owner: string
+) =>
+  Effect.gen(function*() {
+    const store = yield* Idempotency
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const release = store.release(keyRequest.scope, keyRequest.key, owner)
+
+    const attempt = Effect.gen(function*() {
+      const heartbeat = yield* store.heartbeat(keyRequest.scope, keyRequest.key, owner).pipe(
+        Effect.delay(Duration.unsafeDivide(store.config.lockTimeout, 3)),
+        Effect.forever,
+        Effect.fork
+      )
+      // The effect runs with an empty pre-response chain, so what it appends is its own headers.
+      const [exit, ownHandlers] = yield* Effect.exit(effect).pipe(
+        Effect.zip(FiberRef.get(HttpApp.currentPreResponseHandlers)),
+        Effect.locally(HttpApp.currentPreResponseHandlers, Option.none()),
+        Effect.ensuring(Fiber.interrupt(heartbeat))
+      )
+      if (Exit.isFailure(exit)) {
+        if (!Exit.isInterrupted(exit)) yield* release
+        return { exit, ownHandlers }
+      }
+      const encoded = yield* Schema.encode(success)(exit.value).pipe(Effect.orDie)
+      const headers = Option.isNone(ownHandlers)
+        ? {}
+        : (yield* ownHandlers.value(request, HttpServerResponse.empty()).pipe(Effect.orDie)).headers
+      const answer: StoredAnswer = {
+        status: HttpApiSchema.getStatusSuccess(success),
+        contentType: HttpApiSchema.getEncoding(success.ast).contentType,
+        headers: { ...headers },
+        body: JSON.stringify(encoded),
+        requestId: keyRequest.requestId
+      }
+      const stored = yield* store.complete(keyRequest.scope, keyRequest.key, owner, answer)
+      if (!stored) yield* Effect.logWarning("an idempotency key was taken over before its answer was stored")
+      const response = HttpServerResponse.text(answer.body, { status: answer.status, contentType: answer.contentType })
+      return { exit: Exit.succeed(response), ownHandlers }
+    }).pipe(
+      // A defect while encoding or storing: free the key, nothing was stored.
+      Effect.onExit((exit) => (Exit.isFailure(exit) && !Exit.isInterrupted(exit) ? Effect.ignore(release) : Effect.void))
+    )
+
+    const outcome = yield* Fiber.join(yield* Effect.forkDaemon(attempt))
+    if (Option.isSome(outcome.ownHandlers)) yield* HttpApp.appendPreResponseHandler(outcome.ownHandlers.value)
+    return yield* outcome.exit
+  })

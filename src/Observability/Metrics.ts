@@ -1,0 +1,264 @@
+/**
+ * Metrics, kept with Effect's Metric module and served at GET /metrics in the Prometheus text
+ * format (0.0.4). Counters and histograms are updated where things happen (requests, the
+ * Ledger, the prediction worker, the webhook dispatcher); the gauges that describe the
+ * database (jobs by state, queue depth and age, pool usage) are read when /metrics is scraped.
+ *
+ * Labels hold bounded values only: route templates, statuses, operations, outcomes. Never an
+ * account, a key or a raw path.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect, Metric, MetricBoundaries, MetricKey, MetricKeyType, MetricLabel, MetricState, Option } from "effect"
+import type { MetricPair } from "effect"
+import { DbPool, orDieOnDb } from "../Sql.js"
+
+const labels = (tags: Record<string, string>) => Object.entries(tags).map(([key, value]) => MetricLabel.make(key, value))
+
+/**
+ * A metric family: one Effect metric per label set, made once and kept. (Metric.tagged would
+ * build and hash a new metric key on every update, a measurable cost per request.)
+ */
+const family = <M>(make: (tags: ReadonlyArray<MetricLabel.MetricLabel>) => M) => {
+  const members = new Map<string, M>()
+  return (tags: Record<string, string>): M => {
+    const id = Object.values(tags).join("\u0000")
+    let member = members.get(id)
+    if (member === undefined) {
+      member = make(labels(tags))
+      members.set(id, member)
+    }
+    return member
+  }
+}
+
+interface Updatable {
+  readonly unsafeUpdate: (input: number, extraTags: ReadonlyArray<MetricLabel.MetricLabel>) => void
+}
+const noTags: ReadonlyArray<MetricLabel.MetricLabel> = []
+const add = (metric: Updatable, value: number) => metric.unsafeUpdate(value, noTags)
+
+const latencyBoundaries = MetricBoundaries.fromIterable([
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
+])
+const jobBoundaries = MetricBoundaries.fromIterable([0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300])
+
+const counter = (name: string, description: string) =>
+  family((tags) => Metric.fromMetricKey(MetricKey.taggedWithLabels(MetricKey.counter(name, { description, incremental: true }), tags)))
+const histogram = (name: string, boundaries: MetricBoundaries.MetricBoundaries, description: string) =>
+  family((tags) => Metric.fromMetricKey(MetricKey.taggedWithLabels(MetricKey.histogram(name, boundaries, description), tags)))
+const gauge = (name: string, description: string) =>
+  family((tags) => Metric.fromMetricKey(MetricKey.taggedWithLabels(MetricKey.gauge(name, { description }), tags)))
+
+const httpRequests = counter(
+  "http_server_requests_total",
+  "HTTP requests answered, by route template, method and status."
+)
+const httpDuration = histogram(
+  "http_server_request_duration_seconds",
+  latencyBoundaries,
+  "Time from request to response, by route template, method and status."
+)
+
+/** One answered request. `route` is a template from Routes.routeOf, never a raw path. */
+export const recordRequest = (route: string, method: string, status: number, seconds: number) =>
+  Effect.sync(() => {
+    const tags = { route, method, status: String(status) }
+    add(httpRequests(tags), 1)
+    add(httpDuration(tags), seconds)
+  })
+
+const creditsCharged = counter(
+  "hookline_credits_charged_total",
+  "Credits taken by settled holds, by operation (search, list, hook, prediction)."
+)
+const holdsResolved = counter(
+  "hookline_holds_resolved_total",
+  "Holds resolved, by operation and outcome (settled, refunded, voided)."
+)
+
+/** A hold resolved by the Ledger, with the credits it finally took. */
+export const recordHoldResolved = (operation: string, outcome: "settled" | "refunded" | "voided", charged: number) =>
+  Effect.sync(() => {
+    add(holdsResolved({ operation, outcome }), 1)
+    if (charged > 0) add(creditsCharged({ operation }), charged)
+  })
+
+const jobRuns = counter(
+  "hookline_job_runs_total",
+  "Prediction job runs finished, by outcome (succeeded, failed, lost: another worker took the job over)."
+)
+const jobDuration = histogram(
+  "hookline_job_run_duration_seconds",
+  jobBoundaries,
+  "Time a worker spent on one prediction job run, by outcome."
+)
+
+/** One run of a prediction job by a worker. */
+export const recordJobRun = (outcome: "succeeded" | "failed" | "lost", seconds: number) =>
+  Effect.sync(() => {
+    add(jobRuns({ outcome }), 1)
+    add(jobDuration({ outcome }), seconds)
+  })
+
+const webhookAttempts = counter(
+  "hookline_webhook_attempts_total",
+  "Webhook delivery attempts, by outcome: delivered (2xx), rejected (another status), unreachable (no HTTP answer)."
+)
+const webhookDuration = histogram(
+  "hookline_webhook_attempt_duration_seconds",
+  latencyBoundaries,
+  "Time one webhook delivery attempt took, by outcome."
+)
+
+export type WebhookOutcome = "delivered" | "rejected" | "unreachable"
+
+/** The outcome of an attempt that got `statusCode` (null: no HTTP answer). */
+export const webhookOutcome = (statusCode: number | null): WebhookOutcome =>
+  statusCode === null ? "unreachable" : statusCode >= 200 && statusCode < 300 ? "delivered" : "rejected"
+
+/** One webhook delivery attempt (test deliveries included). */
+export const recordWebhookAttempt = (outcome: WebhookOutcome, seconds: number) =>
+  Effect.sync(() => {
+    add(webhookAttempts({ outcome }), 1)
+    add(webhookDuration({ outcome }), seconds)
+  })
+
+// Read at scrape time.
+const jobsByState = gauge("hookline_jobs", "Prediction jobs in the database, by state.")
+const queueDepth = gauge(
+  "hookline_queue_depth",
+  "Work waiting: queued prediction jobs, and webhook deliveries pending (due or scheduled)."
+)
+const queueAge = gauge(
+  "hookline_queue_oldest_age_seconds",
+  "Age of the oldest waiting item: the longest-queued job, the most overdue webhook delivery (0 when none)."
+)
+const poolConnections = gauge(
+  "hookline_db_pool_connections",
+  "Database pool connections of this process, by state (open, idle, in_use) and waiting requests (waiting)."
+)
+const poolMax = gauge("hookline_db_pool_max_connections", "Database pool size limit of this process.")
+
+const predictionStates = ["awaiting_upload", "queued", "running", "succeeded", "failed"] as const
+
+interface QueueRow {
+  readonly jobs: ReadonlyArray<{ readonly status: string; readonly n: number }>
+  readonly deliveries: number
+  readonly oldestQueuedSeconds: number
+  readonly oldestDueSeconds: number
+}
+
+export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const pool = yield* DbPool
+
+    const readQueues = Effect.gen(function*() {
+      const jobs = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM predictions GROUP BY status`
+      const [queues] = yield* sql<{ deliveries: number; oldest_queued: number; oldest_due: number }>`
+        SELECT
+          (SELECT count(*)::int FROM webhook_deliveries WHERE status = 'pending') AS deliveries,
+          COALESCE((SELECT extract(epoch FROM now() - min(queued_at))::float8 FROM predictions WHERE status = 'queued'), 0) AS oldest_queued,
+          COALESCE((SELECT extract(epoch FROM now() - min(next_attempt_at))::float8
+                      FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()), 0) AS oldest_due`
+      return {
+        jobs,
+        deliveries: queues?.deliveries ?? 0,
+        oldestQueuedSeconds: Math.max(0, queues?.oldest_queued ?? 0),
+        oldestDueSeconds: Math.max(0, queues?.oldest_due ?? 0)
+      } satisfies QueueRow
+    }).pipe(orDieOnDb)
+
+    const refreshGauges = Effect.map(readQueues, (queues) => {
+      const counts = new Map(queues.jobs.map((row) => [row.status, row.n]))
+      for (const state of predictionStates) add(jobsByState({ state }), counts.get(state) ?? 0)
+      add(queueDepth({ queue: "predictions" }), counts.get("queued") ?? 0)
+      add(queueDepth({ queue: "webhooks" }), queues.deliveries)
+      add(queueAge({ queue: "predictions" }), queues.oldestQueuedSeconds)
+      add(queueAge({ queue: "webhooks" }), queues.oldestDueSeconds)
+      add(poolConnections({ state: "open" }), pool.totalCount)
+      add(poolConnections({ state: "idle" }), pool.idleCount)
+      add(poolConnections({ state: "in_use" }), pool.totalCount - pool.idleCount)
+      add(poolConnections({ state: "waiting" }), pool.waitingCount)
+      add(poolMax({}), pool.options.max ?? 10)
+    })
+
+    /** The Prometheus exposition of every metric of this process, gauges freshly read. */
+    const scrape = Effect.zipRight(refreshGauges, Effect.map(Metric.snapshot, renderPrometheus))
+
+    return { scrape } as const
+  })
+}) {}
+
+/** The content type of the Prometheus text exposition format. */
+export const prometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+const escapeLabel = (value: string) => value.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"')
+const escapeHelp = (value: string) => value.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")
+const metricName = (name: string) => name.replace(/[^a-zA-Z0-9_:]/g, "_").replace(/^([0-9])/, "_$1")
+const formatNumber = (value: number | bigint) =>
+  typeof value === "bigint"
+    ? value.toString()
+    : Number.isNaN(value)
+    ? "NaN"
+    : value === Infinity
+    ? "+Inf"
+    : value === -Infinity
+    ? "-Inf"
+    : String(value)
+
+const labelSet = (pairs: ReadonlyArray<readonly [string, string]>) =>
+  pairs.length === 0 ? "" : `{${pairs.map(([key, value]) => `${metricName(key)}="${escapeLabel(value)}"`).join(",")}}`
+
+/** Renders metric pairs in the Prometheus text format, one family per name, sorted. */
+export const renderPrometheus = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>): string => {
+  const families = new Map<string, { type: string; help: string; lines: Array<string> }>()
+  const sorted = [...pairs].sort((a, b) => a.metricKey.name.localeCompare(b.metricKey.name))
+  for (const { metricKey, metricState } of sorted) {
+    const name = metricName(metricKey.name)
+    const tags = metricKey.tags.map((label) => [label.key, label.value] as const)
+    const help = Option.getOrElse(metricKey.description, () => name)
+    const family = (type: string) => {
+      let found = families.get(name)
+      if (found === undefined) {
+        found = { type, help, lines: [] }
+        families.set(name, found)
+      }
+      return found.lines
+    }
+    if (MetricKeyType.isCounterKey(metricKey.keyType) && MetricState.isCounterState(metricState)) {
+      family("counter").push(`${name}${labelSet(tags)} ${formatNumber(metricState.count)}`)
+    } else if (MetricKeyType.isGaugeKey(metricKey.keyType) && MetricState.isGaugeState(metricState)) {
+      family("gauge").push(`${name}${labelSet(tags)} ${formatNumber(metricState.value)}`)
+    } else if (MetricKeyType.isHistogramKey(metricKey.keyType) && MetricState.isHistogramState(metricState)) {
+      const lines = family("histogram")
+      let sawInfinity = false
+      for (const [boundary, cumulative] of metricState.buckets) {
+        if (boundary === Infinity) sawInfinity = true
+        lines.push(`${name}_bucket${labelSet([...tags, ["le", formatNumber(boundary)]])} ${cumulative}`)
+      }
+      if (!sawInfinity) lines.push(`${name}_bucket${labelSet([...tags, ["le", "+Inf"]])} ${metricState.count}`)
+      lines.push(`${name}_sum${labelSet(tags)} ${formatNumber(metricState.sum)}`)
+      lines.push(`${name}_count${labelSet(tags)} ${metricState.count}`)
+    } else if (MetricKeyType.isSummaryKey(metricKey.keyType) && MetricState.isSummaryState(metricState)) {
+      const lines = family("summary")
+      for (const [quantile, value] of metricState.quantiles) {
+        if (Option.isSome(value)) {
+          lines.push(`${name}${labelSet([...tags, ["quantile", String(quantile)]])} ${formatNumber(value.value)}`)
+        }
+      }
+      lines.push(`${name}_sum${labelSet(tags)} ${formatNumber(metricState.sum)}`)
+      lines.push(`${name}_count${labelSet(tags)} ${metricState.count}`)
+    } else if (MetricKeyType.isFrequencyKey(metricKey.keyType) && MetricState.isFrequencyState(metricState)) {
+      const lines = family("counter")
+      for (const [word, count] of metricState.occurrences) {
+        lines.push(`${name}${labelSet([...tags, ["key", word]])} ${count}`)
+      }
+    }
+  }
+  let text = ""
+  for (const [name, family] of families) {
+    text += `# HELP ${name} ${escapeHelp(family.help)}\n# TYPE ${name} ${family.type}\n${family.lines.join("\n")}\n`
+  }
+  return text
+}
