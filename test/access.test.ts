@@ -1,0 +1,219 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { ledgerState, startTestServer, type TestServer } from "./support/server.js"
+
+let server: TestServer
+
+beforeAll(async () => {
+  server = await startTestServer()
+})
+afterAll(() => server.close())
+
+const expectError = (response: { status: number; headers: Headers; body: any }, status: number, type: string) => {
+  expect(response.status).toBe(status)
+  expect(response.body.error.type).toBe(type)
+  expect(response.headers.get("x-request-id")).toBe(response.body.error.request_id)
+}
+
+describe("API keys", () => {
+  test("a key in the query string is refused even with a valid bearer header", async () => {
+    const { key } = await server.account()
+    expectError(await server.request(`/v1/wallet?api_key=${key}`, { key }), 401, "invalid_api_key")
+    expectError(await server.request(`/v1/wallet?key=${key}`, { key }), 401, "invalid_api_key")
+  })
+
+  test("the x-api-key header is ignored", async () => {
+    const { key } = await server.account()
+    expectError(await server.request("/v1/wallet", { headers: { "x-api-key": key } }), 401, "invalid_api_key")
+  })
+
+  test("missing, malformed, unknown and revoked keys are 401", async () => {
+    const { key, keyId } = await server.account()
+    expectError(await server.request("/v1/wallet"), 401, "invalid_api_key")
+    expectError(await server.request("/v1/wallet", { headers: { authorization: `Basic ${key}` } }), 401, "invalid_api_key")
+    expectError(await server.request("/v1/wallet", { key: "hkl_live_short" }), 401, "invalid_api_key")
+    expectError(await server.request("/v1/wallet", { key: key.replace("hkl_live_", "sk_live_") }), 401, "invalid_api_key")
+    expectError(await server.request("/v1/wallet", { key: `hkl_live_${"A".repeat(32)}` }), 401, "invalid_api_key")
+    expect((await server.request("/v1/wallet", { key })).status).toBe(200)
+    const revoked = await server.admin(`/admin/keys/${keyId}`, { method: "DELETE" })
+    expect(revoked.body).toEqual({ object: "api_key", id: keyId, revoked: true })
+    // The in-process key cache lives at most AUTH_CACHE_TTL (500 ms): a revocation holds within a second.
+    await Bun.sleep(1_000)
+    expectError(await server.request("/v1/wallet", { key }), 401, "invalid_api_key")
+  })
+
+  test("the 401 message never echoes the key", async () => {
+    const response = await server.request("/v1/wallet", { key: `hkl_live_${"Z".repeat(32)}` })
+    expect(JSON.stringify(response.body)).not.toContain("Z".repeat(32))
+  })
+})
+
+describe("accounts", () => {
+  test("a suspended account gets 403 account_suspended on every route, within a second", async () => {
+    const { accountId, key } = await server.account()
+    expect((await server.request("/v1/wallet", { key })).status).toBe(200)
+    const patched = await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: true } })
+    expect(patched.body.suspended).toBe(true)
+    await Bun.sleep(1_000)
+    expectError(await server.request("/v1/wallet", { key }), 403, "account_suspended")
+    expectError(await server.request("/v1/hooks/search?q=x", { key }), 403, "account_suspended")
+    expectError(await server.request("/v1/webhooks", { key }), 403, "account_suspended")
+    // Check order: a key in the query string is refused before the suspension is looked at.
+    expectError(await server.request(`/v1/wallet?api_key=${key}`, { key }), 401, "invalid_api_key")
+    await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: false } })
+    await Bun.sleep(1_000)
+    expect((await server.request("/v1/wallet", { key })).status).toBe(200)
+  })
+
+  test.each(["free", "creator"])("a %s plan has no API access except the three allowlisted routes", async (plan) => {
+    const { key } = await server.account({ plan })
+    for (const [method, path] of [
+      ["GET", "/v1/hooks/categories"],
+      ["GET", "/v1/hooks/search?q=money"],
+      ["GET", "/v1/hooks/list?category=finance"],
+      ["GET", "/v1/hooks/hook_0123456789abcdef0123456789abcdef"],
+      ["POST", "/v1/predict/upload"],
+      ["POST", "/v1/predict"],
+      ["PUT", "/v1/webhooks"],
+      ["DELETE", "/v1/webhooks"],
+      ["POST", "/v1/webhooks/rotate"],
+      ["POST", "/v1/webhooks/test"]
+    ]) {
+      expectError(await server.request(path, { method, key }), 403, "api_not_enabled")
+    }
+    const wallet = await server.request("/v1/wallet", { key })
+    expect(wallet.status).toBe(200)
+    expect(wallet.body).toEqual({ object: "wallet", monthly_balance: 0, monthly_period_end: null, topup_balance: 0 })
+    expect((await server.request("/v1/webhooks", { key })).status).toBe(200)
+    expectError(await server.request("/v1/predict/pred_0123456789abcdef0123456789abcdef", { key }), 404, "not_found")
+  })
+
+  test("access rules come before input validation: no access with a bad query is still 403", async () => {
+    const { key } = await server.account({ plan: "free" })
+    expectError(await server.request("/v1/hooks/search", { key }), 403, "api_not_enabled")
+  })
+
+  test("plan loss starts a new period, keeps the allowlist open and disables the webhook", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 25 })
+    await server.db.query(
+      "INSERT INTO webhooks (account_id, url, secret_ciphertext) VALUES ($1, 'https://example.com/hook', 'x')",
+      [accountId]
+    )
+    const patched = await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { plan: "free" } })
+    expect(patched.status).toBe(200)
+    expect(patched.body).toMatchObject({ plan: "free", api_access: false, monthly_grant: 0 })
+    expect(patched.body.wallet).toEqual({ object: "wallet", monthly_balance: 0, monthly_period_end: null, topup_balance: 25 })
+    const { rows } = await server.db.query("SELECT enabled, url FROM webhooks WHERE account_id = $1", [accountId])
+    expect(rows[0]).toEqual({ enabled: false, url: "https://example.com/hook" })
+    await Bun.sleep(1_000)
+    expectError(await server.request("/v1/hooks/categories", { key }), 403, "api_not_enabled")
+    expect((await server.request("/v1/wallet", { key })).status).toBe(200)
+    const state = await ledgerState(server.db, accountId)
+    expect(state.monthly).toBe(state.journalMonthly)
+    expect(state.topup).toBe(state.journalTopup)
+  })
+})
+
+describe("key scopes", () => {
+  const scoped: ReadonlyArray<readonly [string, string, string]> = [
+    ["GET", "/v1/hooks/search?q=x", "hooks:read"],
+    ["GET", "/v1/hooks/list?category=x", "hooks:read"],
+    ["GET", "/v1/hooks/hook_0123456789abcdef0123456789abcdef", "hooks:read"],
+    ["POST", "/v1/predict/upload", "predict:write"],
+    ["POST", "/v1/predict", "predict:write"],
+    ["GET", "/v1/predict/pred_0123456789abcdef0123456789abcdef", "predict:write"],
+    ["GET", "/v1/webhooks", "webhooks:write"],
+    ["PUT", "/v1/webhooks", "webhooks:write"],
+    ["DELETE", "/v1/webhooks", "webhooks:write"],
+    ["POST", "/v1/webhooks/rotate", "webhooks:write"],
+    ["POST", "/v1/webhooks/test", "webhooks:write"]
+  ]
+
+  test.each(scoped)("%s %s needs %s", async (method, path, scope) => {
+    const others = ["hooks:read", "predict:write", "webhooks:write"].filter((s) => s !== scope)
+    const { key } = await server.account({ scopes: others })
+    const response = await server.request(path, { method, key })
+    expectError(response, 403, "api_not_enabled")
+    expect(response.body.error.message).toContain(scope)
+  })
+
+  test("wallet and categories need only a valid key", async () => {
+    const { key } = await server.account({ scopes: [] })
+    expect((await server.request("/v1/wallet", { key })).status).toBe(200)
+    expect((await server.request("/v1/hooks/categories", { key })).status).toBe(200)
+  })
+
+  test("a suspension is reported before a missing scope", async () => {
+    const { accountId, key } = await server.account({ scopes: [] })
+    await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: true } })
+    await Bun.sleep(1_000)
+    expectError(await server.request("/v1/hooks/search?q=x", { key }), 403, "account_suspended")
+  })
+})
+
+describe("rate limits", () => {
+  test("a pro key gets 429 past its burst, with Retry-After and RateLimit headers, and is not charged", async () => {
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true" }, { databaseUrl: server.databaseUrl })
+    try {
+      const { accountId, key } = await limited.account({ plan: "pro" })
+      const before = await ledgerState(limited.db, accountId)
+      const answers = await Promise.all(Array.from({ length: 30 }, () => limited.request("/v1/wallet", { key })))
+      const ok = answers.filter((a) => a.status === 200)
+      const refused = answers.filter((a) => a.status === 429)
+      expect(ok.length).toBeGreaterThanOrEqual(20)
+      expect(refused.length).toBeGreaterThanOrEqual(1)
+      expect(ok.length + refused.length).toBe(30)
+      expect(ok[0].headers.get("ratelimit-policy")).toBe('"pro";q=20;w=2')
+      expect(ok[0].headers.get("ratelimit")).toMatch(/^"pro";r=\d+;t=\d+$/)
+      const first = refused[0]
+      expectError(first, 429, "rate_limit_exceeded")
+      expect(Number(first.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+      expect(first.headers.get("ratelimit")).toMatch(/^"pro";r=0;t=\d+$/)
+      const search = await limited.request("/v1/hooks/search?q=money", { key })
+      expectError(search, 429, "rate_limit_exceeded")
+      const after = await ledgerState(limited.db, accountId)
+      expect(after).toEqual(before)
+    } finally {
+      await limited.stop()
+      await limited.db.end()
+    }
+  })
+
+  test("failed authentication is limited per client address", async () => {
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true", RATE_LIMIT_FAILED_AUTH_PER_MINUTE: "5" }, {
+      databaseUrl: server.databaseUrl
+    })
+    try {
+      const answers = []
+      for (let i = 0; i < 7; i++) answers.push(await limited.request("/v1/wallet", { key: `hkl_live_${"x".repeat(32)}` }))
+      expect(answers.slice(0, 5).every((a) => a.status === 401)).toBe(true)
+      expectError(answers[6], 429, "rate_limit_exceeded")
+      expect(Number(answers[6].headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+    } finally {
+      await limited.stop()
+      await limited.db.end()
+    }
+  })
+
+  test("limits hold across two server processes sharing Redis", async () => {
+    const redisUrl = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379"
+    const env = { RATE_LIMIT_ENABLED: "true", REDIS_URL: redisUrl }
+    const a = await startTestServer(env, { databaseUrl: server.databaseUrl })
+    const b = await startTestServer(env, { databaseUrl: server.databaseUrl })
+    try {
+      const { key } = await a.account({ plan: "pro" })
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? a : b).request("/v1/wallet", { key }))
+      )
+      const ok = answers.filter((r) => r.status === 200).length
+      // One bucket of 20 (plus at most a token or two refilled meanwhile) across both processes.
+      expect(ok).toBeGreaterThanOrEqual(20)
+      expect(ok).toBeLessThanOrEqual(23)
+      expect(answers.filter((r) => r.status === 429).length).toBe(30 - ok)
+    } finally {
+      for (const s of [a, b]) {
+        await s.stop()
+        await s.db.end()
+      }
+    }
+  })
+})

@@ -1,0 +1,138 @@
+/**
+ * The demo catalog generator: deterministic, valid, varied; seeding a database directly; and
+ * the whole catalog (migration 0002, search, lists, cursors) on the embedded PGlite database.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Either } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
+import { defaultDemoSeed, demoCatalogEnd, demoCategories, demoHook } from "../src/Hooks/DemoData.js"
+import { derivedHookId, validateHookRecord } from "../src/Hooks/HookRecord.js"
+import { startTestServer, type TestServer } from "./support/server.js"
+
+describe("the generator", () => {
+  const sample = Array.from({ length: 5_000 }, (_, i) => demoHook(i))
+
+  test("is deterministic per index and seed", () => {
+    expect(demoHook(1234)).toEqual(sample[1234])
+    expect(demoHook(1234, defaultDemoSeed)).toEqual(sample[1234])
+    expect(demoHook(1234, 7).text === sample[1234].text && demoHook(1234, 7).id === sample[1234].id).toBe(false)
+    expect(new Set(sample.map((hook) => hook.id)).size).toBe(sample.length)
+  })
+
+  test("every hook is a valid import record whose id derives from platform + source_url", () => {
+    for (const hook of sample) {
+      const { id: _id, ...withoutId } = hook
+      const validated = validateHookRecord(withoutId)
+      expect(Either.getOrThrow(validated)).toEqual(hook)
+      expect(hook.id).toBe(derivedHookId(hook.platform, hook.source_url!))
+    }
+  })
+
+  test("covers about a dozen categories, several platforms, two years of dates and a varied vocabulary", () => {
+    const slugs = new Set(demoCategories.map((c) => c.slug))
+    const used = new Set(sample.map((hook) => hook.category).filter((c) => c !== null))
+    expect(used).toEqual(slugs)
+    expect(slugs.size).toBeGreaterThanOrEqual(12)
+    expect(new Set(sample.map((hook) => hook.platform)).size).toBeGreaterThanOrEqual(3)
+    const dates = sample.flatMap((hook) => (hook.published_at === null ? [] : [Date.parse(hook.published_at)]))
+    const twoYears = 730 * 86_400_000
+    expect(Math.min(...dates)).toBeGreaterThanOrEqual(demoCatalogEnd - twoYears)
+    expect(Math.max(...dates)).toBeLessThanOrEqual(demoCatalogEnd)
+    expect(Math.max(...dates) - Math.min(...dates)).toBeGreaterThan(twoYears * 0.95)
+    const words = new Set(sample.flatMap((hook) => hook.text.toLowerCase().split(/[^a-z]+/)))
+    expect(words.size).toBeGreaterThan(800)
+    expect(new Set(sample.map((hook) => hook.text)).size).toBeGreaterThan(4_000)
+    // Some hooks know little, as scraped data does; most know everything.
+    expect(sample.some((hook) => hook.emotions === null && hook.metrics === null)).toBe(true)
+    expect(sample.filter((hook) => hook.emotions !== null && hook.comment_themes !== null).length).toBeGreaterThan(4_500)
+  })
+})
+
+describe("seeding a database", () => {
+  let server: TestServer
+  beforeAll(async () => {
+    server = await startTestServer()
+  })
+  afterAll(() => server.close())
+
+  test("writes the categories and N hooks; seeding again changes nothing", async () => {
+    const progress: Array<number> = []
+    await seedDemoDatabase(server.databaseUrl, 3_000, { batchSize: 1_000, onProgress: (written) => progress.push(written) })
+    expect(progress.sort((a, b) => a - b)).toEqual([1_000, 2_000, 3_000])
+    const counts = async () =>
+      (await server.db.query("SELECT (SELECT count(*) FROM hooks)::int AS hooks, (SELECT count(*) FROM hook_search)::int AS indexed, (SELECT count(*) FROM categories)::int AS categories")).rows[0]
+    expect(await counts()).toEqual({ hooks: 3_000, indexed: 3_000, categories: demoCategories.length })
+    await seedDemoDatabase(server.databaseUrl, 3_000)
+    expect(await counts()).toEqual({ hooks: 3_000, indexed: 3_000, categories: demoCategories.length })
+
+    const { key } = await server.account({ plan: "enterprise", monthly_balance: 100 })
+    const search = await server.request("/v1/hooks/search?q=money", { key })
+    expect(search.body.data).toHaveLength(50)
+    expect(search.body.has_more).toBe(true)
+    const list = await server.request("/v1/hooks/list?category=fitness", { key })
+    expect(list.body.data.every((hook: { category: string }) => hook.category === "fitness")).toBe(true)
+  })
+})
+
+describe("embedded mode", () => {
+  const dataDir = mkdtempSync(join(tmpdir(), "hookline-catalog-embedded-"))
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
+
+  test("the demo catalog is searchable, listable and pageable on PGlite", async () => {
+    const probe = Bun.serve({ port: 0, fetch: () => new Response() })
+    const port = probe.port
+    probe.stop(true)
+    const env: Record<string, string> = {}
+    for (const [name, value] of Object.entries(process.env)) {
+      if (value !== undefined && name !== "DATABASE_URL" && name !== "ADMIN_TOKEN") env[name] = value
+    }
+    const child = Bun.spawn([process.execPath, "src/main.ts"], {
+      cwd: join(import.meta.dir, ".."),
+      env: { ...env, DATA_DIR: dataDir, PORT: String(port), DEMO_CATALOG_SIZE: "300", LOG_LEVEL: "Warning" },
+      stdout: "pipe",
+      stderr: "pipe"
+    })
+    try {
+      const reader = child.stdout.getReader()
+      let output = ""
+      while (!output.includes("curl -s")) {
+        const { value, done } = await reader.read()
+        if (done) throw new Error(`server exited: ${output}${await new Response(child.stderr).text()}`)
+        output += new TextDecoder().decode(value)
+      }
+      reader.releaseLock()
+      const key = /demo API key:\s+(hkl_live_\S+)/.exec(output)![1]
+      const get = async (path: string) => {
+        const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { authorization: `Bearer ${key}` } })
+        return { status: response.status, body: (await response.json()) as any }
+      }
+      const categories = await get("/v1/hooks/categories")
+      expect(categories.body.data).toHaveLength(demoCategories.length)
+
+      // A common word, walked to the end: every match once.
+      const seen: Array<string> = []
+      let page = await get("/v1/hooks/search?q=the")
+      for (;;) {
+        expect(page.status).toBe(200)
+        seen.push(...page.body.data.map((hook: { id: string }) => hook.id))
+        if (page.body.next_cursor === null) break
+        page = await get(`/v1/hooks/search?q=the&cursor=${page.body.next_cursor}`)
+      }
+      const expected = Array.from({ length: 300 }, (_, i) => demoHook(i)).filter((hook) => hook.text.toLowerCase().includes("the"))
+      expect(seen.sort()).toEqual(expected.map((hook) => hook.id).sort())
+
+      const ranked = await get("/v1/hooks/search?q=save%20money")
+      expect(ranked.status).toBe(200)
+      const listed = await get("/v1/hooks/list?category=travel")
+      expect(listed.body.data.length).toBeGreaterThan(0)
+      const one = await get(`/v1/hooks/${listed.body.data[0].id}`)
+      expect(one.body).toEqual(demoHook(Array.from({ length: 300 }, (_, i) => demoHook(i)).findIndex((hook) => hook.id === listed.body.data[0].id)))
+    } finally {
+      child.kill("SIGTERM")
+      await child.exited
+    }
+  }, 60_000)
+})

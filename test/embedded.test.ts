@@ -1,0 +1,88 @@
+import { afterAll, describe, expect, test } from "bun:test"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+
+const root = join(import.meta.dir, "..")
+const bun = process.execPath
+const dataDir = mkdtempSync(join(tmpdir(), "hookline-embedded-"))
+afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
+
+const freePort = () => {
+  const probe = Bun.serve({ port: 0, fetch: () => new Response() })
+  const port = probe.port ?? 0
+  probe.stop(true)
+  return port
+}
+
+const environment = (port: number) => {
+  const env: Record<string, string> = {}
+  for (const [name, value] of Object.entries(process.env)) {
+    if (value !== undefined && name !== "DATABASE_URL" && name !== "ADMIN_TOKEN") env[name] = value
+  }
+  return { ...env, DATA_DIR: dataDir, PORT: String(port), DEMO_CATALOG_SIZE: "200", LOG_LEVEL: "Warning" }
+}
+
+/** Starts `bun src/main.ts` with no DATABASE_URL and waits for the banner. */
+const start = async (port: number) => {
+  const child = Bun.spawn([bun, "src/main.ts"], { cwd: root, env: environment(port), stdout: "pipe", stderr: "pipe" })
+  const started = Date.now()
+  const reader = child.stdout.getReader()
+  let output = ""
+  while (!output.includes("curl -s")) {
+    const { value, done } = await reader.read()
+    if (done) throw new Error(`server exited: ${output}${await new Response(child.stderr).text()}`)
+    output += new TextDecoder().decode(value)
+  }
+  reader.releaseLock()
+  return { child, output, startupMs: Date.now() - started }
+}
+
+const stop = async (child: ReturnType<typeof Bun.spawn>) => {
+  child.kill("SIGTERM")
+  return await child.exited
+}
+
+describe("embedded mode (no DATABASE_URL)", () => {
+  test("starts with a demo account, prints a working curl line, restarts with its data, and refuses a second process", async () => {
+    const port = freePort()
+    const first = await start(port)
+    const key = /demo API key:\s+(hkl_live_\S+)/.exec(first.output)?.[1]
+    const adminToken = /admin token:\s+(\S+)/.exec(first.output)?.[1]
+    expect(key).toBeDefined()
+    expect(adminToken).toBeDefined()
+    const curlLine = first.output.split("\n").find((line) => line.includes("/v1/wallet"))!
+    expect(curlLine).toContain(`Authorization: Bearer ${key}`)
+    const wallet = await fetch(`http://127.0.0.1:${port}/v1/wallet`, { headers: { authorization: `Bearer ${key}` } })
+    expect(wallet.status).toBe(200)
+    expect(await wallet.json()).toMatchObject({ object: "wallet", monthly_balance: 1_000, topup_balance: 0 })
+
+    // The admin CLI talks to the running server (it holds the data directory).
+    const accountId = /demo account:\s+(acct_\S+)/.exec(first.output)![1]
+    const cli = Bun.spawnSync([bun, "src/Admin/Cli.ts", "credits", "grant", accountId, "--bucket", "topup", "--amount", "7"], {
+      cwd: root,
+      env: environment(port)
+    })
+    expect(cli.exitCode).toBe(0)
+    expect(JSON.parse(cli.stdout.toString())).toMatchObject({ object: "wallet", topup_balance: 7 })
+
+    // A second server on the same data directory refuses to start.
+    const second = Bun.spawn([bun, "src/main.ts"], { cwd: root, env: environment(freePort()), stdout: "pipe", stderr: "pipe" })
+    expect(await second.exited).not.toBe(0)
+    expect(await new Response(second.stderr).text() + await new Response(second.stdout).text()).toContain("is held by process")
+
+    expect(await stop(first.child)).toBe(0)
+
+    const again = await start(port)
+    expect(again.output).toContain(key!)
+    const after = await fetch(`http://127.0.0.1:${port}/v1/wallet`, { headers: { authorization: `Bearer ${key}` } })
+    expect(await after.json()).toMatchObject({ monthly_balance: 1_000, topup_balance: 7 })
+    console.log(`embedded cold start: first ${first.startupMs} ms, restart ${again.startupMs} ms`)
+    expect(await stop(again.child)).toBe(0)
+
+    // With no server holding the directory, the CLI opens it itself.
+    const direct = Bun.spawnSync([bun, "src/Admin/Cli.ts", "accounts", "get", accountId], { cwd: root, env: environment(port) })
+    expect(direct.exitCode).toBe(0)
+    expect(JSON.parse(direct.stdout.toString())).toMatchObject({ id: accountId, wallet: { topup_balance: 7 } })
+  }, 120_000)
+})

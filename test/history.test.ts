@@ -1,0 +1,390 @@
+/**
+ * The credit history over real HTTP. Besides real searches and gets, holds are driven through the
+ * Ledger service on the same database, exactly as the metered routes and the prediction jobs drive
+ * them (reserve → settle, refund), with the request ids those requests would carry, so every case
+ * (a two-bucket charge, a prediction refund, a pending hold) is reached on purpose.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Effect, Either, Option } from "effect"
+import { type Operation, Ledger } from "../src/Ledger/Ledger.js"
+import { servicesRuntime } from "./support/runtime.js"
+import { ledgerState, startTestServer, type TestServer } from "./support/server.js"
+
+let server: TestServer
+let runtime: ReturnType<typeof servicesRuntime>
+
+beforeAll(async () => {
+  server = await startTestServer()
+  runtime = servicesRuntime(server.databaseUrl)
+})
+afterAll(async () => {
+  await runtime.dispose()
+  await server.close()
+})
+
+interface Item {
+  readonly object: "credit_transaction"
+  readonly id: string
+  readonly type: "grant" | "charge" | "refund" | "expiry"
+  readonly bucket: "monthly" | "topup"
+  readonly amount: number
+  readonly balance_after: { readonly monthly: number; readonly topup: number }
+  readonly created_at: string
+  readonly request_id: string | null
+  readonly reference: { readonly kind: string; readonly id: string | null }
+}
+interface Page {
+  readonly object: "list"
+  readonly data: ReadonlyArray<Item>
+  readonly has_more: boolean
+  readonly next_cursor: string | null
+}
+
+let requestCounter = 0
+const requestId = () => `req_history_${++requestCounter}`
+
+const reserve = (accountId: string, amount: number, options: { operation: Operation; requestId: string; referenceId?: string }) =>
+  runtime.runPromise(Effect.flatMap(Ledger, (ledger) =>
+    ledger.reserve(accountId, amount, {
+      operation: options.operation,
+      requestId: options.requestId,
+      referenceId: options.referenceId ?? null,
+      expires: options.operation !== "prediction"
+    }).pipe(Effect.either))).then((result) => {
+    if (Either.isLeft(result)) throw new Error("reserve failed")
+    return result.right
+  })
+
+const settle = (holdId: string, amount: number) =>
+  runtime.runPromise(Effect.flatMap(Ledger, (ledger) => ledger.settle(holdId, amount))).then(Option.getOrThrow)
+
+const refund = (holdId: string) =>
+  runtime.runPromise(Effect.flatMap(Ledger, (ledger) => ledger.refund(holdId))).then(Option.getOrThrow)
+
+/** A metered request: reserve, then settle what the answer cost (X-Credits-Charged). */
+const meteredRequest = async (
+  accountId: string,
+  operation: Operation,
+  reserved: number,
+  charged: number,
+  referenceId?: string
+) => {
+  const id = requestId()
+  const hold = await reserve(accountId, reserved, { operation, requestId: id, referenceId })
+  const resolution = await settle(hold.id, charged)
+  return { requestId: id, charged: resolution.charged, remaining: resolution.balancesAfter }
+}
+
+const history = (key: string, query = "") => server.request<Page>(`/v1/wallet/transactions${query}`, { key })
+
+/** Every page, following next_cursor. */
+const allPages = async (path: string, bearer: { key?: string }, limit: number) => {
+  const items: Array<Item> = []
+  let cursor: string | null = null
+  do {
+    const separator = path.includes("?") ? "&" : "?"
+    const url: string = `${path}${separator}limit=${limit}${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`
+    const page: Awaited<ReturnType<typeof server.request<Page>>> = bearer.key === undefined
+      ? await server.admin<Page>(url)
+      : await server.request<Page>(url, { key: bearer.key })
+    expect(page.status).toBe(200)
+    expect(page.body.data.length).toBeLessThanOrEqual(limit)
+    items.push(...page.body.data)
+    cursor = page.body.next_cursor
+    expect(page.body.has_more).toBe(cursor !== null)
+  } while (cursor !== null)
+  return items
+}
+
+/** Oldest first, each row's balance_after is the previous one plus its amount. */
+const expectChained = (newestFirst: ReadonlyArray<Item>) => {
+  const balance = { monthly: 0, topup: 0 }
+  for (const item of [...newestFirst].reverse()) {
+    balance[item.bucket] += item.amount
+    expect(item.balance_after).toEqual(balance)
+  }
+  return balance
+}
+
+const strip = (item: Item) => ({
+  type: item.type,
+  bucket: item.bucket,
+  amount: item.amount,
+  balance_after: item.balance_after,
+  request_id: item.request_id,
+  reference: item.reference
+})
+
+describe("the credit history", () => {
+  test("a mixed sequence lists each change once, with its type, bucket, amount and balances after", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
+    const wallet = async () => (await server.request("/v1/wallet", { key })).body
+
+    const topUp = await server.admin(`/admin/accounts/${accountId}/credits`, {
+      method: "POST",
+      body: { bucket: "topup", amount: 500, reference: "inv_2026_11" }
+    })
+    expect(topUp.status).toBe(200)
+    const fullPage = await meteredRequest(accountId, "search", 2, 2)
+    const partialPage = await meteredRequest(accountId, "list", 2, 1)
+    const emptyPage = await meteredRequest(accountId, "search", 2, 0)
+    const hookGet = await meteredRequest(accountId, "hook", 1, 1, "hook_0123456789abcdef0123456789abcdef")
+    // A failed search: its hold is refunded by the metering, nothing was charged.
+    const failedRequest = requestId()
+    const failed = await reserve(accountId, 2, { operation: "search", requestId: failedRequest })
+    await refund(failed.id)
+
+    const goodPrediction = requestId()
+    const good = await reserve(accountId, 20, { operation: "prediction", requestId: goodPrediction, referenceId: "pred_good" })
+    await settle(good.id, 20)
+    const badPrediction = requestId()
+    const bad = await reserve(accountId, 20, { operation: "prediction", requestId: badPrediction, referenceId: "pred_bad" })
+    await refund(bad.id)
+
+    // The monthly period ends: 1000 - 2 - 1 - 1 - 20 = 976 unused monthly credits expire, 1000 are granted.
+    await server.db.query("UPDATE wallets SET monthly_period_end = now() - interval '1 minute' WHERE account_id = $1", [accountId])
+
+    const response = await history(key)
+    expect(response.status).toBe(200)
+    expect(response.headers.get("x-credits-charged")).toBeNull()
+    const page = response.body
+    expect(page.object).toBe("list")
+    expect(page.has_more).toBe(false)
+    expect(page.next_cursor).toBeNull()
+    expect(page.data.map(strip)).toEqual([
+      { type: "grant", bucket: "monthly", amount: 1000, balance_after: { monthly: 1000, topup: 500 }, request_id: null, reference: { kind: "rollover", id: null } },
+      { type: "expiry", bucket: "monthly", amount: -976, balance_after: { monthly: 0, topup: 500 }, request_id: null, reference: { kind: "rollover", id: null } },
+      { type: "refund", bucket: "monthly", amount: 20, balance_after: { monthly: 976, topup: 500 }, request_id: badPrediction, reference: { kind: "prediction", id: "pred_bad" } },
+      { type: "charge", bucket: "monthly", amount: -20, balance_after: { monthly: 956, topup: 500 }, request_id: badPrediction, reference: { kind: "prediction", id: "pred_bad" } },
+      { type: "charge", bucket: "monthly", amount: -20, balance_after: { monthly: 976, topup: 500 }, request_id: goodPrediction, reference: { kind: "prediction", id: "pred_good" } },
+      { type: "charge", bucket: "monthly", amount: -1, balance_after: hookGet.remaining, request_id: hookGet.requestId, reference: { kind: "hook", id: "hook_0123456789abcdef0123456789abcdef" } },
+      { type: "charge", bucket: "monthly", amount: -1, balance_after: partialPage.remaining, request_id: partialPage.requestId, reference: { kind: "list", id: null } },
+      { type: "charge", bucket: "monthly", amount: -2, balance_after: fullPage.remaining, request_id: fullPage.requestId, reference: { kind: "search", id: null } },
+      { type: "grant", bucket: "topup", amount: 500, balance_after: { monthly: 1000, topup: 500 }, request_id: topUp.headers.get("x-request-id"), reference: { kind: "admin", id: "inv_2026_11" } },
+      { type: "grant", bucket: "monthly", amount: 1000, balance_after: { monthly: 1000, topup: 0 }, request_id: null, reference: { kind: "admin", id: null } }
+    ])
+    // The empty page and the failed search changed nothing and are not listed.
+    expect(page.data.some((item) => item.request_id === emptyPage.requestId || item.request_id === failedRequest)).toBe(false)
+    expect(emptyPage.charged).toBe(0)
+
+    // Each charge's amounts add up to what its request reported as X-Credits-Charged.
+    for (const request of [fullPage, partialPage, hookGet]) {
+      const sum = page.data.filter((item) => item.request_id === request.requestId).reduce((total, item) => total + item.amount, 0)
+      expect(-sum).toBe(request.charged)
+    }
+    // The amounts sum to the balances, and every balance_after chains from the one before.
+    const final = expectChained(page.data)
+    const now = await wallet()
+    expect(final).toEqual({ monthly: now.monthly_balance, topup: now.topup_balance })
+    const state = await ledgerState(server.db, accountId)
+    expect(final).toEqual({ monthly: state.journalMonthly, topup: state.journalTopup })
+
+    for (const item of page.data) {
+      expect(item.object).toBe("credit_transaction")
+      expect(item.id).toMatch(/^txn_[0-9a-f]{32}$/)
+      expect(item.created_at).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/)
+    }
+    expect(new Set(page.data.map((item) => item.id)).size).toBe(page.data.length)
+    const times = page.data.map((item) => Date.parse(item.created_at))
+    expect([...times].sort((a, b) => b - a)).toEqual(times)
+
+    // The admin view of the same account is the same list.
+    const admin = await server.admin<Page>(`/admin/accounts/${accountId}/transactions`)
+    expect(admin.status).toBe(200)
+    expect(admin.body.data).toEqual(page.data)
+  })
+
+  test("real metered requests: each search and get is one charge carrying its X-Request-Id and X-Credits-Charged", async () => {
+    // 60 hooks with a word of their own: a full page of 50 (2 credits), then a partial page of 10 (1 credit).
+    const word = `quillmarsh${requestCounter}`
+    const hooks = Array.from({ length: 60 }, (_, i) =>
+      JSON.stringify({ text: `${word} hook number ${i}`, platform: "tiktok", source_url: `https://tiktok.example/${word}/${i}` }))
+    const imported = await server.admin("/admin/catalog/hooks", {
+      method: "POST",
+      rawBody: hooks.join("\n"),
+      headers: { "content-type": "application/x-ndjson" }
+    })
+    expect(imported.status).toBe(200)
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
+    const before = await ledgerState(server.db, accountId)
+
+    const full = await server.request<any>(`/v1/hooks/search?q=${word}`, { key })
+    const partial = await server.request<any>(`/v1/hooks/search?q=${word}&cursor=${encodeURIComponent(full.body.next_cursor)}`, { key })
+    const empty = await server.request<any>("/v1/hooks/search?q=zzyzxnothingmatches", { key })
+    const get = await server.request<any>(`/v1/hooks/${full.body.data[0].id}`, { key })
+    expect([full.status, partial.status, empty.status, get.status]).toEqual([200, 200, 200, 200])
+    expect([full.body.data.length, partial.body.data.length, empty.body.data.length]).toEqual([50, 10, 0])
+    const requests = [full, partial, empty, get]
+    for (const response of requests) expect(response.status).toBe(200)
+    expect(requests.map((response) => response.headers.get("x-credits-charged"))).toEqual(["2", "1", "0", "1"])
+
+    const charges = (await history(key, "?type=charge")).body.data
+    expect(charges.map((item) => [item.request_id, item.amount, item.reference.kind])).toEqual([
+      [get.headers.get("x-request-id"), -1, "hook"],
+      [partial.headers.get("x-request-id"), -1, "search"],
+      [full.headers.get("x-request-id"), -2, "search"]
+    ])
+    expect(charges[0].reference.id).toBe(full.body.data[0].id)
+    // balance_after is what the request reported as X-Credits-Remaining.
+    for (const [item, response] of [[charges[0], get], [charges[1], partial], [charges[2], full]] as const) {
+      expect(response.headers.get("x-credits-remaining")).toBe(String(item.balance_after.monthly + item.balance_after.topup))
+    }
+    const charged = requests.reduce((sum, response) => sum + Number(response.headers.get("x-credits-charged")), 0)
+    const after = await ledgerState(server.db, accountId)
+    expect(charges.reduce((sum, item) => sum + item.amount, 0)).toBe(-charged)
+    expect(after.monthly + after.topup - before.monthly - before.topup).toBe(-charged)
+  })
+
+  test("a charge taken from both buckets is one row per bucket, at the settle, summing to X-Credits-Charged", async () => {
+    const { accountId, key } = await server.account({ plan: "custom", monthly_grant: 1000, monthly_balance: 1, topup_balance: 10 })
+    // Reserves 1 monthly + 2 top-up, settles 2: takes the monthly credit and one top-up credit.
+    const request = await meteredRequest(accountId, "search", 3, 2)
+    expect(request.remaining).toEqual({ monthly: 0, topup: 9 })
+    const page = (await history(key, "?type=charge")).body
+    expect(page.data.map(strip)).toEqual([
+      { type: "charge", bucket: "topup", amount: -1, balance_after: { monthly: 0, topup: 9 }, request_id: request.requestId, reference: { kind: "search", id: null } },
+      { type: "charge", bucket: "monthly", amount: -1, balance_after: { monthly: 0, topup: 9 }, request_id: request.requestId, reference: { kind: "search", id: null } }
+    ])
+    expect(page.data[0].id).not.toBe(page.data[1].id)
+  })
+
+  test("a request still in flight is not listed until its hold settles", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
+    const id = requestId()
+    const hold = await reserve(accountId, 2, { operation: "search", requestId: id })
+    expect((await history(key, "?type=charge")).body.data).toEqual([])
+    await settle(hold.id, 1)
+    const charges = (await history(key, "?type=charge")).body.data
+    expect(charges.map(strip)).toEqual([
+      { type: "charge", bucket: "monthly", amount: -1, balance_after: { monthly: 999, topup: 0 }, request_id: id, reference: { kind: "search", id: null } }
+    ])
+  })
+
+  test("pages cover every row exactly once while new charges arrive", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 100 })
+    for (let i = 0; i < 23; i++) await meteredRequest(accountId, i % 2 === 0 ? "search" : "hook", 2, 1 + (i % 2))
+    const before = (await history(key, "?limit=100")).body.data
+    expect(before).toHaveLength(25)
+
+    const seen: Array<Item> = []
+    let cursor: string | null = null
+    let pages = 0
+    do {
+      const page: Page = (await history(key, `?limit=4${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`)).body
+      seen.push(...page.data)
+      cursor = page.next_cursor
+      pages++
+      // New activity between pages: lands before the first page, never inside the walk.
+      await meteredRequest(accountId, "search", 2, 2)
+      await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 1 } })
+    } while (cursor !== null)
+    expect(pages).toBe(7)
+    expect(seen.map((item) => item.id)).toEqual(before.map((item) => item.id))
+
+    const after = (await history(key, "?limit=100")).body.data
+    expect(after).toHaveLength(25 + pages * 2)
+    expect(after.slice(pages * 2)).toEqual([...before])
+    expectChained(after)
+  })
+
+  test("limit defaults to 50 and pages through every row", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
+    for (let i = 0; i < 60; i++) await meteredRequest(accountId, "search", 1, 1)
+    const first = await history(key)
+    expect(first.body.data).toHaveLength(50)
+    expect(first.body.has_more).toBe(true)
+    const everything = await allPages("/v1/wallet/transactions", { key }, 100)
+    expect(everything).toHaveLength(61)
+    expect((await allPages(`/admin/accounts/${accountId}/transactions`, {}, 13)).map((item) => item.id))
+      .toEqual(everything.map((item) => item.id))
+  })
+
+  test("filters: type and a created range", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
+    await meteredRequest(accountId, "search", 2, 2)
+    await server.db.query("UPDATE holds SET resolved_at = '2026-01-10T12:00:00Z' WHERE account_id = $1", [accountId])
+    await server.db.query("UPDATE credit_journal SET created_at = '2026-01-01T00:00:00Z' WHERE account_id = $1 AND hold_id IS NULL", [accountId])
+    await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 5 } })
+
+    expect((await history(key, "?type=grant")).body.data.map((item) => item.amount)).toEqual([5, 1000])
+    expect((await history(key, "?type=expiry")).body.data).toEqual([])
+    const january = (await history(key, "?created[gte]=2026-01-05&created[lte]=2026-01-31T23:59:59Z")).body.data
+    expect(january.map((item) => [item.type, item.amount])).toEqual([["charge", -2]])
+    expect(january[0].created_at).toBe("2026-01-10T12:00:00.000Z")
+    const encoded = (await history(key, "?created%5Blte%5D=2026-01-10T12:00:00.000Z")).body.data
+    expect(encoded.map((item) => item.amount)).toEqual([-2, 1000])
+  })
+
+  test("a cursor works only with the query and endpoint that made it", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
+    for (let i = 0; i < 3; i++) await meteredRequest(accountId, "search", 1, 1)
+    const first = (await history(key, "?limit=1&type=charge")).body
+    const cursor = encodeURIComponent(first.next_cursor ?? "")
+    expect((await history(key, `?limit=2&type=charge&cursor=${cursor}`)).status).toBe(200)
+
+    const expectInvalid = (response: { status: number; body: any }) => {
+      expect(response.status).toBe(400)
+      expect(response.body.error.type).toBe("invalid_cursor")
+    }
+    expectInvalid(await history(key, `?limit=1&cursor=${cursor}`))
+    expectInvalid(await history(key, `?limit=1&type=grant&cursor=${cursor}`))
+    expectInvalid(await server.admin(`/admin/accounts/${accountId}/transactions?type=charge&cursor=${cursor}`))
+    const altered = first.next_cursor!.replace(/^./, (c) => (c === "e" ? "f" : "e"))
+    expectInvalid(await history(key, `?type=charge&cursor=${encodeURIComponent(altered)}`))
+    expectInvalid(await history(key, "?cursor=not-a-cursor"))
+
+    // Another account cannot page with this account's cursor.
+    const other = await server.account({ plan: "pro" })
+    expectInvalid(await history(other.key, `?limit=1&type=charge&cursor=${cursor}`))
+  })
+
+  test.each([
+    ["limit=0", "limit"],
+    ["limit=101", "limit"],
+    ["limit=ten", "limit"],
+    ["type=topup", "type"],
+    ["created[gte]=yesterday", "created[gte]"],
+    ["created[lte]=2026-13-45T00:00:00Z", "created[lte]"],
+    ["sort=asc", "sort"]
+  ])("%s is 422 naming %s", async (query, naming) => {
+    const { key } = await server.account({ plan: "pro" })
+    const response = await history(key, `?${query}`)
+    expect(response.status).toBe(422)
+    expect((response.body as any).error.type).toBe("validation_error")
+    expect((response.body as any).error.message).toContain(naming)
+  })
+
+  test("another account's history is never visible", async () => {
+    const mine = await server.account({ plan: "pro", topup_balance: 0 })
+    const theirs = await server.account({ plan: "pro", topup_balance: 0 })
+    await meteredRequest(theirs.accountId, "search", 2, 2)
+    await server.admin(`/admin/accounts/${theirs.accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 9 } })
+    const page = (await history(mine.key)).body.data
+    expect(page.map(strip)).toEqual([
+      { type: "grant", bucket: "monthly", amount: 1000, balance_after: { monthly: 1000, topup: 0 }, request_id: null, reference: { kind: "admin", id: null } }
+    ])
+    const theirIds = new Set((await history(theirs.key)).body.data.map((item) => item.id))
+    expect(theirIds.size).toBe(3)
+    expect(page.some((item) => theirIds.has(item.id))).toBe(false)
+  })
+
+  test("it needs a valid key, costs nothing, and stays available after plan loss", async () => {
+    expect((await server.request("/v1/wallet/transactions")).status).toBe(401)
+    const { accountId, key } = await server.account({ plan: "pro", scopes: ["hooks:read"] })
+    const downgraded = await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { plan: "free" } })
+    expect(downgraded.status).toBe(200)
+    const before = await ledgerState(server.db, accountId)
+    const response = await history(key)
+    expect(response.status).toBe(200)
+    expect(response.body.data.map((item) => [item.type, item.amount])).toEqual([["expiry", -1000], ["grant", 1000]])
+    expect(await ledgerState(server.db, accountId)).toEqual(before)
+    // Another /v1 route is closed without API access.
+    expect((await server.request("/v1/hooks/categories", { key })).status).toBe(403)
+  })
+
+  test("the admin view of an unknown account is 404", async () => {
+    const response = await server.admin("/admin/accounts/acct_00000000000000000000000000000000/transactions")
+    expect(response.status).toBe(404)
+    expect(response.body.error.type).toBe("not_found")
+  })
+})

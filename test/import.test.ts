@@ -1,0 +1,225 @@
+/**
+ * POST /admin/catalog/hooks: streamed JSON-array and NDJSON imports, per-record validation with
+ * positions, idempotent re-imports, and the same function reading a file for CLIs.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { ConfigProvider, Effect, Layer, Redacted } from "effect"
+import { createHash } from "node:crypto"
+import { writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { HookCatalog } from "../src/Hooks/HookCatalog.js"
+import { type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
+import { startTestServer, type TestServer } from "./support/server.js"
+
+let server: TestServer
+let key: string
+
+beforeAll(async () => {
+  server = await startTestServer({ IMPORT_BATCH_SIZE: "7" })
+  key = (await server.account({ plan: "enterprise", monthly_balance: 10_000 })).key
+})
+afterAll(() => server.close())
+
+const ndjson = (lines: ReadonlyArray<unknown>) => lines.map((line) => (typeof line === "string" ? line : JSON.stringify(line))).join("\n")
+
+const importBody = (body: BodyInit, contentType = "application/x-ndjson") =>
+  server.admin("/admin/catalog/hooks", { method: "POST", rawBody: body, headers: { "content-type": contentType } })
+
+const derivedId = (platform: string, sourceUrl: string) =>
+  `hook_${createHash("sha256").update(`${platform}\n${sourceUrl}`).digest("hex").slice(0, 32)}`
+
+const count = async (where: string, params: ReadonlyArray<unknown>) =>
+  (await server.db.query(`SELECT count(*)::int AS n FROM hooks WHERE ${where}`, params as Array<unknown>)).rows[0].n as number
+
+const searchIds = async (q: string) =>
+  (await server.request(`/v1/hooks/search?q=${encodeURIComponent(q)}`, { key })).body.data.map((h: { id: string }) => h.id)
+
+describe("NDJSON", () => {
+  test("bad lines are rejected with their 1-based line numbers; the rest is imported", async () => {
+    const good = { text: "Ploverwick first", platform: "tiktok", source_url: "https://tiktok.example/1" }
+    const body = ndjson([
+      good, // line 1
+      "", // line 2: blank, skipped
+      "{not json", // 3
+      { platform: "tiktok", source_url: "https://tiktok.example/2" }, // 4: no text
+      { text: "Ploverwick bad slug", platform: "tiktok", source_url: "https://tiktok.example/3", category: "Not_A_Slug" }, // 5
+      { text: "Ploverwick extra", platform: "tiktok", source_url: "https://tiktok.example/4", views: 3 }, // 6
+      { text: "Ploverwick no source", platform: "tiktok" }, // 7
+      { id: "hook_123", text: "Ploverwick bad id", platform: "tiktok" }, // 8
+      { text: "Ploverwick date", platform: "tiktok", source_url: "https://tiktok.example/5", published_at: "yesterday" }, // 9
+      { text: "Ploverwick fear", platform: "tiktok", source_url: "https://tiktok.example/6", emotions: { inspiration: 1, fear: 101, curiosity: 0, satisfaction: 0, happiness: 0, anger: 0, surprise: 0 } }, // 10
+      { text: "   ", platform: "tiktok", source_url: "https://tiktok.example/7" }, // 11
+      { text: "x".repeat(501), platform: "tiktok", source_url: "https://tiktok.example/8" }, // 12
+      "[1, 2]", // 13
+      { text: "Ploverwick themes", platform: "tiktok", source_url: "https://tiktok.example/9", comment_themes: [{ word: "wow" }] }, // 14
+      { text: "Ploverwick last", platform: "instagram", source_url: "https://tiktok.example/10", published_at: "2025-02-03T04:05:06.789123+02:00" } // 15
+    ])
+    const response = await importBody(body + "\n")
+    expect(response.status).toBe(200)
+    expect(response.body.object).toBe("import_result")
+    expect(response.body.inserted).toBe(2)
+    expect(response.body.updated).toBe(0)
+    expect(response.body.rejected_count).toBe(12)
+    const byLine = Object.fromEntries(response.body.rejected.map((r: { index: number; message: string }) => [r.index, r.message]))
+    expect(Object.keys(byLine).map(Number)).toEqual([3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14])
+    expect(byLine[3]).toContain("not valid JSON")
+    expect(byLine[4]).toBe("text: is required")
+    expect(byLine[5]).toStartWith("category:")
+    expect(byLine[6]).toBe("views: is not a field of a hook")
+    expect(byLine[7]).toContain("source_url")
+    expect(byLine[8]).toStartWith("id:")
+    expect(byLine[9]).toStartWith("published_at:")
+    expect(byLine[10]).toStartWith("emotions.fear:")
+    expect(byLine[11]).toStartWith("text:")
+    expect(byLine[12]).toStartWith("text:")
+    expect(byLine[13]).toStartWith("record:")
+    expect(byLine[14]).toStartWith("comment_themes.0.count:")
+
+    const first = derivedId("tiktok", "https://tiktok.example/1")
+    const last = derivedId("instagram", "https://tiktok.example/10")
+    expect(await searchIds("ploverwick")).toEqual([last, first])
+    const hook = await server.request(`/v1/hooks/${last}`, { key })
+    expect(hook.body.published_at).toBe("2025-02-03T02:05:06.789Z")
+    expect(hook.body.source_url).toBe("https://tiktok.example/10")
+  })
+
+  test("a re-import updates the same hooks instead of duplicating them", async () => {
+    const records = Array.from({ length: 20 }, (_, i) => ({
+      text: `Sandpiperlux take one ${i}`,
+      platform: "youtube",
+      source_url: `https://youtube.example/shorts/${i}`,
+      published_at: `2025-01-${String(i + 1).padStart(2, "0")}T00:00:00.000Z`
+    }))
+    const first = await importBody(ndjson(records))
+    expect(first.body).toEqual({ object: "import_result", inserted: 20, updated: 0, rejected_count: 0, rejected: [] })
+    expect(await searchIds("sandpiperlux")).toHaveLength(20)
+
+    const changed = records.map((record) => ({ ...record, text: record.text.replace("take one", "take two") }))
+    changed.push({ text: "Sandpiperlux take two new", platform: "youtube", source_url: "https://youtube.example/shorts/new", published_at: "2024-01-01T00:00:00.000Z" })
+    const second = await importBody(ndjson(changed))
+    expect(second.body).toEqual({ object: "import_result", inserted: 1, updated: 20, rejected_count: 0, rejected: [] })
+    expect(await count("text LIKE 'Sandpiperlux%'", [])).toBe(21)
+    // The cached first page was replaced: the new text is what search sees.
+    expect(await searchIds("sandpiperlux one")).toEqual([])
+    expect(await searchIds("sandpiperlux two")).toHaveLength(21)
+  })
+
+  test("an explicit id is kept, and a repeated id in one body updates the earlier record", async () => {
+    const id = "hook_0123456789abcdef0123456789abcdef"
+    const response = await importBody(ndjson([
+      { id, text: "Kestrelmoon draft", platform: "tiktok" },
+      { id, text: "Kestrelmoon final", platform: "tiktok", caption: "final" }
+    ]))
+    expect(response.body).toMatchObject({ inserted: 1, updated: 1, rejected_count: 0 })
+    const hook = await server.request(`/v1/hooks/${id}`, { key })
+    expect(hook.body).toMatchObject({ id, text: "Kestrelmoon final", caption: "final" })
+  })
+
+  test("Windows line endings, a missing final newline and a too-large line are handled", async () => {
+    const body = [
+      JSON.stringify({ text: "Crlfowl one", platform: "tiktok", source_url: "https://crlf.example/1" }),
+      JSON.stringify({ text: `Crlfowl big ${"y".repeat(1_100_000)}`, platform: "tiktok", source_url: "https://crlf.example/2" }),
+      JSON.stringify({ text: "Crlfowl three", platform: "tiktok", source_url: "https://crlf.example/3" })
+    ].join("\r\n")
+    const response = await importBody(body)
+    expect(response.body.inserted).toBe(2)
+    expect(response.body.rejected).toEqual([{ index: 2, message: "the record is larger than 1048576 bytes" }])
+  })
+})
+
+describe("JSON array", () => {
+  test("bad elements are rejected by 0-based position; brackets and commas inside strings do not confuse it", async () => {
+    const body = `[
+      {"text": "Ternquill [one], {with} \\"brackets\\", and commas", "platform": "tiktok", "source_url": "https://tern.example/0",
+       "metrics": {"views": [1, 2, {"deep": "]"}]}},
+      {"text": "Ternquill broken", "platform": },
+      42,
+      "a string",
+      {"text": "Ternquill three", "platform": "tiktok", "source_url": "https://tern.example/4", "audio": null}
+    ]`
+    const response = await importBody(body, "application/json")
+    expect(response.status).toBe(200)
+    expect(response.body.inserted).toBe(2)
+    expect(response.body.rejected.map((r: { index: number }) => r.index)).toEqual([1, 2, 3])
+    expect(response.body.rejected[0].message).toContain("not valid JSON")
+    const hook = await server.request(`/v1/hooks/${derivedId("tiktok", "https://tern.example/0")}`, { key })
+    expect(hook.body.text).toBe("Ternquill [one], {with} \"brackets\", and commas")
+    expect(hook.body.metrics).toEqual({ views: [1, 2, { deep: "]" }] })
+  })
+
+  test("a body streamed in tiny chunks that split records and characters imports the same", async () => {
+    const records = Array.from({ length: 40 }, (_, i) => ({
+      text: `Gännetstream ✨ ${i} naïve café`,
+      platform: "tiktok",
+      source_url: `https://chunk.example/${i}`
+    }))
+    const bytes = new TextEncoder().encode(JSON.stringify(records, null, 1))
+    const stream = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let at = 0; at < bytes.byteLength; at += 5) controller.enqueue(bytes.subarray(at, at + 5))
+        controller.close()
+      }
+    })
+    const response = await fetch(`${server.url}/admin/catalog/hooks`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${server.adminToken}`, "content-type": "application/json" },
+      body: stream
+    })
+    expect(await response.json()).toEqual({ object: "import_result", inserted: 40, updated: 0, rejected_count: 0, rejected: [] })
+    const hook = await server.request(`/v1/hooks/${derivedId("tiktok", "https://chunk.example/7")}`, { key })
+    expect(hook.body.text).toBe("Gännetstream ✨ 7 naïve café")
+  })
+
+  test("an unclosed array keeps what was read and reports the end", async () => {
+    const response = await importBody(`[{"text": "Unclosedwren", "platform": "tiktok", "source_url": "https://u.example/1"}, {"text": "cut`, "application/json")
+    expect(response.body.inserted).toBe(1)
+    expect(response.body.rejected).toEqual([{ index: 1, message: "the JSON array is not closed (the body ended inside this record)" }])
+  })
+
+  test("data after the array is reported and ignored", async () => {
+    const response = await importBody(`[{"text": "Trailingtit", "platform": "tiktok", "source_url": "https://t.example/1"}] {"x": 1}`, "application/json")
+    expect(response.body.inserted).toBe(1)
+    expect(response.body.rejected).toEqual([{ index: 1, message: "unexpected data after the end of the JSON array (ignored)" }])
+  })
+})
+
+describe("requests the import refuses as a whole", () => {
+  test.each([
+    ["an object instead of an array", `{"text": "x", "platform": "tiktok"}`, "application/json"],
+    ["an empty body", "", "application/json"],
+    ["an unsupported content type", "text,platform\nx,tiktok", "text/csv"]
+  ])("%s → 422 validation_error", async (_name, body, contentType) => {
+    const response = await importBody(body, contentType)
+    expect(response.status).toBe(422)
+    expect(response.body.error.type).toBe("validation_error")
+  })
+
+  test("without the admin token → 401", async () => {
+    const response = await server.request("/admin/catalog/hooks", { method: "POST", rawBody: "[]", headers: { "content-type": "application/json" } })
+    expect(response.status).toBe(401)
+  })
+
+  test("an empty array imports nothing", async () => {
+    expect((await importBody("[]", "application/json")).body).toEqual({ object: "import_result", inserted: 0, updated: 0, rejected_count: 0, rejected: [] })
+  })
+})
+
+describe("importing a file (the CLI path)", () => {
+  test("streams a file with progress reports and the same results", async () => {
+    const path = join(server.dataDir, "hooks.ndjson")
+    writeFileSync(path, ndjson(Array.from({ length: 25 }, (_, i) => ({ text: `Filefinch ${i}`, platform: "tiktok", source_url: `https://file.example/${i}` }))))
+    const progress: Array<ImportProgress> = []
+    const catalog = HookCatalog.Default.pipe(
+      Layer.provide(PgClient.layer({ url: Redacted.make(server.databaseUrl) })),
+      Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["IMPORT_BATCH_SIZE", "10"]]))))
+    )
+    const result = await Effect.runPromise(
+      importHooksFromFile(path, { onProgress: (p) => progress.push(p) }).pipe(Effect.provide(catalog))
+    )
+    expect(result).toEqual({ object: "import_result", inserted: 25, updated: 0, rejected_count: 0, rejected: [] })
+    expect(progress.map((p) => p.inserted)).toEqual([10, 20, 25, 25])
+    expect(progress.at(-1)?.records).toBe(25)
+    expect(await searchIds("filefinch")).toHaveLength(25)
+  })
+})

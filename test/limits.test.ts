@@ -1,0 +1,154 @@
+/**
+ * Request limits and the rate-limit headers: the request-head limit (ours with the envelope,
+ * Bun's bare one behind it), control characters in paths, the NUL character in text, and the
+ * RateLimit headers on every /v1 answer after authentication, a 429 never charging.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { ledgerState, startTestServer, type TestServer } from "./support/server.js"
+
+let server: TestServer
+beforeAll(async () => {
+  server = await startTestServer()
+})
+afterAll(() => server.close())
+
+const expectEnvelope = (response: { status: number; headers: Headers; body: any }, status: number, type: string) => {
+  expect(response.status).toBe(status)
+  expect(response.body.error.type).toBe(type)
+  expect(typeof response.body.error.message).toBe("string")
+  expect(response.body.error.request_id).toBe(response.headers.get("x-request-id")!)
+}
+
+const journalRows = async (accountId: string) =>
+  Number((await server.db.query("SELECT count(*) AS n FROM credit_journal WHERE account_id = $1", [accountId])).rows[0].n)
+
+describe("request head size", () => {
+  test("a head over MAX_HEADER_BYTES (12 KiB) is 431 headers_too_large with the envelope, and charges nothing", async () => {
+    const { accountId, key } = await server.account({ monthly_balance: 10 })
+    const before = await ledgerState(server.db, accountId)
+    const response = await server.request("/v1/hooks/search?q=money", { key, headers: { "x-filler": "x".repeat(13 * 1024) } })
+    expectEnvelope(response, 431, "headers_too_large")
+    expect(response.body.error.message).toBe("The request line and headers are larger than 12288 bytes.")
+    expect(response.headers.get("connection")).toBe("close")
+    expect(await ledgerState(server.db, accountId)).toEqual(before)
+    // Just under the limit the same request is served.
+    expect((await server.request("/v1/hooks/search?q=money", { key, headers: { "x-filler": "x".repeat(11 * 1024) } })).status).toBe(200)
+  })
+
+  test("a long query string counts toward the same limit", async () => {
+    const { key } = await server.account()
+    expectEnvelope(await server.request(`/v1/hooks/search?q=${"a".repeat(13 * 1024)}`, { key }), 431, "headers_too_large")
+  })
+
+  test("over Bun's own 16 KiB limit the request never reaches Hookline: a bare 431 and the connection closed", async () => {
+    const response = await fetch(`${server.url}/v1/wallet`, { headers: { "x-filler": "x".repeat(17 * 1024) } })
+    expect(response.status).toBe(431)
+    expect(response.headers.get("connection")).toBe("close")
+    expect(await response.text()).toBe("")
+  })
+
+  test("MAX_HEADER_BYTES is configurable", async () => {
+    const small = await startTestServer({ MAX_HEADER_BYTES: "2048" }, { databaseUrl: server.databaseUrl })
+    try {
+      const { key } = await small.account()
+      expect((await small.request("/v1/wallet", { key, headers: { "x-filler": "x".repeat(1024) } })).status).toBe(200)
+      const refused = await small.request("/v1/wallet", { key, headers: { "x-filler": "x".repeat(3000) } })
+      expectEnvelope(refused, 431, "headers_too_large")
+      expect(refused.body.error.message).toContain("2048 bytes")
+    } finally {
+      await small.stop()
+      await small.db.end()
+    }
+  })
+})
+
+describe("control characters and NUL", () => {
+  test("a path with a control character or broken percent-encoding names nothing: 404 not_found", async () => {
+    const { key } = await server.account()
+    for (const path of ["/v1/predict/%00", "/v1/predict/pred_%0a", "/v1/hooks/%1f", "/admin/accounts/%00", "/v1/predict/%E0%A4%A"]) {
+      expectEnvelope(await server.request(path, { key }), 404, "not_found")
+    }
+    expectEnvelope(await server.admin("/admin/keys/%00", { method: "DELETE" }), 404, "not_found")
+  })
+
+  test("NUL in a query is 422 before the reserve; NUL in a JSON body is 422, never a 500", async () => {
+    const { accountId, key } = await server.account({ monthly_balance: 10 })
+    const journal = await journalRows(accountId)
+    const search = await server.request(`/v1/hooks/search?q=${encodeURIComponent("money\u0000")}`, { key })
+    expectEnvelope(search, 422, "validation_error")
+    expect(search.body.error.message).toBe("q: must not contain the NUL character (U+0000)")
+    // Refused before the reserve: not even a reserve and refund pair in the journal.
+    expect(await journalRows(accountId)).toBe(journal)
+
+    expectEnvelope(await server.request("/v1/predict", { method: "POST", key, body: { upload_id: "upl_\u0000" } }), 422, "validation_error")
+    const named = await server.admin("/admin/accounts", { method: "POST", body: { plan: "pro", name: "Ann\u0000" } })
+    expectEnvelope(named, 422, "validation_error")
+    expect(named.body.error.message).toBe("request: text must not contain the NUL character (U+0000)")
+    const granted = await server.admin(`/admin/accounts/${accountId}/credits`, {
+      method: "POST",
+      body: { bucket: "topup", amount: 5, reason: "gift\u0000" }
+    })
+    expectEnvelope(granted, 422, "validation_error")
+    expect((await ledgerState(server.db, accountId)).topup).toBe(0)
+  })
+})
+
+describe("rate-limit headers", () => {
+  test("every /v1 answer after authentication carries RateLimit-Policy and RateLimit, errors included", async () => {
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true" }, { databaseUrl: server.databaseUrl })
+    try {
+      const { key } = await limited.account({ plan: "business", monthly_balance: 1 })
+      const answers = {
+        ok: await limited.request("/v1/wallet", { key }),
+        insufficient: await limited.request("/v1/hooks/search?q=money", { key }),
+        notFound: await limited.request(`/v1/hooks/hook_${"0".repeat(32)}`, { key }),
+        invalid: await limited.request("/v1/hooks/search", { key }),
+        badCursor: await limited.request("/v1/hooks/search?q=money&cursor=garbage", { key }),
+        badBody: await limited.request("/v1/predict", { method: "POST", key, body: { upload_id: 1 } })
+      }
+      expect(Object.values(answers).map((a) => a.status)).toEqual([200, 402, 404, 422, 400, 422])
+      for (const answer of Object.values(answers)) {
+        expect(answer.headers.get("ratelimit-policy")).toBe('"business";q=100;w=2')
+        expect(answer.headers.get("ratelimit")).toMatch(/^"business";r=\d+;t=\d+$/)
+      }
+      // A failed authentication is counted per address and says so too.
+      const unknown = await limited.request("/v1/wallet", { key: `hkl_live_${"z".repeat(32)}` })
+      expect(unknown.status).toBe(401)
+      expect(unknown.headers.get("ratelimit-policy")).toMatch(/^"failed-auth";q=\d+;w=60$/)
+    } finally {
+      await limited.stop()
+      await limited.db.end()
+    }
+  })
+
+  test("a 429 on a metered route takes nothing: no hold, no journal row, no X-Credits-Charged", async () => {
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true" }, { databaseUrl: server.databaseUrl })
+    try {
+      const { accountId, key } = await limited.account({ plan: "pro", monthly_balance: 500 })
+      // Empty the bucket (burst 20) with free requests, then try every metered route.
+      const drained = await Promise.all(Array.from({ length: 25 }, () => limited.request("/v1/wallet", { key })))
+      expect(drained.some((a) => a.status === 429)).toBe(true)
+      const before = await ledgerState(limited.db, accountId)
+      const journal = await journalRows(accountId)
+      const holds = Number((await limited.db.query("SELECT count(*) AS n FROM holds WHERE account_id = $1", [accountId])).rows[0].n)
+      const metered = await Promise.all([
+        limited.request("/v1/hooks/search?q=money", { key }),
+        limited.request("/v1/hooks/list?category=finance", { key }),
+        limited.request(`/v1/hooks/hook_${"0".repeat(32)}`, { key }),
+        limited.request("/v1/predict", { method: "POST", key, body: { upload_id: `upl_${"0".repeat(32)}` } })
+      ])
+      for (const answer of metered) {
+        expectEnvelope(answer, 429, "rate_limit_exceeded")
+        expect(answer.headers.get("x-credits-charged")).toBeNull()
+        expect(Number(answer.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+        expect(answer.headers.get("ratelimit")).toMatch(/^"pro";r=0;t=\d+$/)
+      }
+      expect(await ledgerState(limited.db, accountId)).toEqual(before)
+      expect(await journalRows(accountId)).toBe(journal)
+      expect(Number((await limited.db.query("SELECT count(*) AS n FROM holds WHERE account_id = $1", [accountId])).rows[0].n)).toBe(holds)
+    } finally {
+      await limited.stop()
+      await limited.db.end()
+    }
+  })
+})

@@ -1,0 +1,232 @@
+/**
+ * Hookline as a real operating-system process (`bun src/main.ts`) on a given database, for the
+ * tests that need signals: graceful shutdown (SIGTERM), crashes (SIGKILL), several processes on
+ * one database. Output is collected continuously (a full pipe would stall the server).
+ *
+ * A gated ffprobe (`gatedProbe`) lets a test hold prediction jobs in `running` for as long as it
+ * likes: the scorer's ffprobe waits until the gate file exists, then runs the real one.
+ */
+import { randomBytes } from "node:crypto"
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import type { Response as TestResponse } from "./server.js"
+
+const root = join(import.meta.dir, "..", "..")
+
+export const freePort = () => {
+  const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() })
+  const port = probe.port ?? 0
+  probe.stop(true)
+  return port
+}
+
+export interface ServerProcess {
+  readonly url: string
+  readonly port: number
+  readonly pid: number
+  readonly child: ReturnType<typeof Bun.spawn>
+  /** Everything the process wrote to stdout and stderr so far. */
+  readonly output: () => string
+  readonly exited: Promise<number>
+  readonly request: <T = any>(path: string, options?: {
+    readonly method?: string
+    readonly key?: string
+    readonly body?: unknown
+    readonly rawBody?: BodyInit
+    readonly headers?: Record<string, string>
+  }) => Promise<TestResponse<T>>
+  readonly kill: (signal: "SIGTERM" | "SIGINT" | "SIGKILL") => void
+}
+
+/** Inherited environment minus anything that would point the child elsewhere. */
+const baseEnvironment = () => {
+  const env: Record<string, string> = {}
+  for (const [name, value] of Object.entries(process.env)) {
+    if (value === undefined) continue
+    if (["DATABASE_URL", "ADMIN_TOKEN", "PORT", "HOST", "PUBLIC_BASE_URL", "DATA_DIR", "REDIS_URL"].includes(name)) continue
+    if (name.startsWith("OTEL_")) continue
+    env[name] = value
+  }
+  return env
+}
+
+/**
+ * What every process of one deployment shares: the database, the blob directory and the secrets
+ * (set explicitly, as production does, so processes started together agree).
+ */
+export interface Deployment {
+  readonly databaseUrl: string
+  readonly adminToken: string
+  readonly dataDir: string
+  readonly cursorSecret: string
+  readonly webhookSecretKey: string
+}
+
+export const deployment = (databaseUrl: string): Deployment => ({
+  databaseUrl,
+  adminToken: `admin_${randomBytes(16).toString("hex")}`,
+  dataDir: mkdtempSync(join(tmpdir(), "hookline-proc-")),
+  cursorSecret: randomBytes(32).toString("base64url"),
+  webhookSecretKey: randomBytes(32).toString("base64url")
+})
+
+/** Starts `bun src/main.ts` and resolves once /healthz answers 200. */
+export const spawnServer = async (options: {
+  readonly deployment: Deployment
+  readonly env?: Record<string, string>
+  readonly port?: number
+}): Promise<ServerProcess> => {
+  const shared = options.deployment
+  const port = options.port ?? freePort()
+  const url = `http://127.0.0.1:${port}`
+  const child = Bun.spawn([process.execPath, "src/main.ts"], {
+    cwd: root,
+    env: {
+      ...baseEnvironment(),
+      LOG_LEVEL: "Warning",
+      SEED_DEMO: "false",
+      RATE_LIMIT_ENABLED: "false",
+      ...options.env,
+      DATABASE_URL: shared.databaseUrl,
+      ADMIN_TOKEN: shared.adminToken,
+      DATA_DIR: shared.dataDir,
+      CURSOR_SECRET: shared.cursorSecret,
+      WEBHOOK_SECRET_KEY: shared.webhookSecretKey,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      PUBLIC_BASE_URL: url
+    },
+    stdout: "pipe",
+    stderr: "pipe"
+  })
+  let output = ""
+  const collect = async (stream: ReadableStream<Uint8Array>) => {
+    const decoder = new TextDecoder()
+    const reader = stream.getReader()
+    for (;;) {
+      const { value, done } = await reader.read()
+      if (done) return
+      output += decoder.decode(value, { stream: true })
+    }
+  }
+  const collected = Promise.all([collect(child.stdout), collect(child.stderr)])
+  const exited = child.exited.then(async (code) => {
+    await collected
+    return code
+  })
+
+  const request: ServerProcess["request"] = async (path, requestOptions = {}) => {
+    const headers: Record<string, string> = { ...requestOptions.headers }
+    if (requestOptions.key !== undefined) headers["authorization"] = `Bearer ${requestOptions.key}`
+    let body = requestOptions.rawBody
+    if (requestOptions.body !== undefined) {
+      body = JSON.stringify(requestOptions.body)
+      headers["content-type"] ??= "application/json"
+    }
+    const response = await fetch(url + path, { method: requestOptions.method ?? "GET", headers, body })
+    const text = await response.text()
+    let parsed: unknown = text
+    try {
+      parsed = text === "" ? null : JSON.parse(text)
+    } catch {
+      // not JSON: keep the text
+    }
+    return { status: response.status, headers: response.headers, body: parsed as never }
+  }
+
+  let gone = false
+  void exited.then(() => {
+    gone = true
+  })
+  for (;;) {
+    if (gone) throw new Error(`server exited during start-up (code ${child.exitCode}):\n${output}`)
+    const ready = await fetch(`${url}/healthz`).then((r) => r.status === 200, () => false)
+    if (ready) break
+    await Bun.sleep(50)
+  }
+
+  return {
+    url,
+    port,
+    pid: child.pid,
+    child,
+    output: () => output,
+    exited,
+    request,
+    kill: (signal) => child.kill(signal)
+  }
+}
+
+/** Admin helpers over HTTP against any server of the database. */
+export const adminClient = (server: Pick<ServerProcess, "request">, adminToken: string) => ({
+  account: async (fields: Record<string, unknown> = {}) => {
+    const created = await server.request<{ id: string }>("/admin/accounts", {
+      method: "POST",
+      key: adminToken,
+      body: { plan: "pro", ...fields }
+    })
+    if (created.status !== 200) throw new Error(`account: ${created.status} ${JSON.stringify(created.body)}`)
+    const key = await server.request<{ id: string; api_key: string }>(`/admin/accounts/${created.body.id}/keys`, {
+      method: "POST",
+      key: adminToken,
+      body: {}
+    })
+    if (key.status !== 200) throw new Error(`key: ${key.status} ${JSON.stringify(key.body)}`)
+    return { accountId: created.body.id, key: key.body.api_key, keyId: key.body.id }
+  }
+})
+
+export interface GatedProbe {
+  /** Pass as FFPROBE_PATH. */
+  readonly path: string
+  /** Lets every waiting and later ffprobe run go ahead. */
+  readonly open: () => void
+  /** Holds later ffprobe runs again. */
+  readonly close: () => void
+}
+
+/** An ffprobe that waits for its gate file before running the real ffprobe. */
+export const gatedProbe = (): GatedProbe => {
+  const dir = mkdtempSync(join(tmpdir(), "hookline-probe-"))
+  const gate = join(dir, "open")
+  const real = process.env.FFPROBE_PATH ?? Bun.which("ffprobe") ?? "ffprobe"
+  const path = join(dir, "ffprobe")
+  writeFileSync(path, `#!/bin/sh\nwhile [ ! -f '${gate}' ]; do sleep 0.05; done\nexec '${real}' "$@"\n`)
+  chmodSync(path, 0o755)
+  return {
+    path,
+    open: () => {
+      if (!existsSync(gate)) writeFileSync(gate, "")
+    },
+    close: () => rmSync(gate, { force: true })
+  }
+}
+
+/** One small MP4 (1 s, 160x120, a cut at 0.5 s) made with ffmpeg; returns its bytes. */
+export const smallClip = async (): Promise<Uint8Array<ArrayBuffer>> => {
+  const ffmpeg = process.env.FFMPEG_PATH ?? Bun.which("ffmpeg") ?? "ffmpeg"
+  const path = join(mkdtempSync(join(tmpdir(), "hookline-clip-")), "clip.mp4")
+  const child = Bun.spawn([
+    ffmpeg, "-hide_banner", "-v", "error", "-y",
+    "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10:duration=0.5",
+    "-f", "lavfi", "-i", "mandelbrot=size=160x120:rate=10",
+    "-filter_complex", "[1:v]trim=duration=0.5,setpts=PTS-STARTPTS[b];[0:v][b]concat=n=2:v=1[v]",
+    "-map", "[v]", "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", path
+  ], { stdin: "ignore", stdout: "ignore", stderr: "pipe" })
+  const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited])
+  if (code !== 0) throw new Error(`ffmpeg failed: ${stderr}`)
+  return new Uint8Array(await Bun.file(path).arrayBuffer())
+}
+
+/** Asks for an upload link and PUTs the clip; returns the prediction id (queued once this resolves). */
+export const submitClip = async (server: Pick<ServerProcess, "request">, key: string, clip: Uint8Array<ArrayBuffer>) => {
+  const link = await server.request<{ upload_url: string; prediction_id: string; upload_id: string }>("/v1/predict/upload", {
+    method: "POST",
+    key
+  })
+  if (link.status !== 200) throw new Error(`upload link: ${link.status} ${JSON.stringify(link.body)}`)
+  const put = await fetch(link.body.upload_url, { method: "PUT", body: clip, headers: { "content-type": "video/mp4" } })
+  if (put.status !== 200) throw new Error(`upload PUT: ${put.status} ${await put.text()}`)
+  return { predictionId: link.body.prediction_id, uploadId: link.body.upload_id }
+}

@@ -1,0 +1,217 @@
+/**
+ * A real Hookline server for tests: a fresh database on the local Postgres (127.0.0.1:5432,
+ * or TEST_DATABASE_URL), the whole application layer on a random port, real HTTP.
+ */
+import { HttpServer } from "@effect/platform"
+import { BunHttpServer } from "@effect/platform-bun"
+import { ConfigProvider, Context, Effect, Exit, Layer, Logger, LogLevel, Scope, type Tracer } from "effect"
+import { randomBytes } from "node:crypto"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import Pg from "pg"
+import { appLayer } from "../../src/App.js"
+import type { ClipScorer } from "../../src/Predictions/Scorer.js"
+
+export const adminDatabaseUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
+
+/** Creates an empty database and returns its URL. */
+export const createDatabase = async (): Promise<string> => {
+  const name = `hookline_test_${randomBytes(6).toString("hex")}`
+  const admin = new Pg.Client({ connectionString: adminDatabaseUrl })
+  await admin.connect()
+  try {
+    await admin.query(`CREATE DATABASE ${name}`)
+  } finally {
+    await admin.end()
+  }
+  const url = new URL(adminDatabaseUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+export const dropDatabase = async (databaseUrl: string) => {
+  const name = new URL(databaseUrl).pathname.slice(1)
+  const admin = new Pg.Client({ connectionString: adminDatabaseUrl })
+  await admin.connect()
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+  } finally {
+    await admin.end()
+  }
+}
+
+export interface Response<T = unknown> {
+  readonly status: number
+  readonly headers: Headers
+  readonly body: T
+}
+
+export interface RequestOptions {
+  readonly method?: string
+  readonly key?: string
+  readonly body?: unknown
+  readonly rawBody?: BodyInit
+  readonly headers?: Record<string, string>
+}
+
+export interface TestServer {
+  readonly url: string
+  readonly databaseUrl: string
+  readonly adminToken: string
+  readonly dataDir: string
+  /** A pool on the server's database, for assertions on rows. */
+  readonly db: Pg.Pool
+  readonly request: <T = any>(path: string, options?: RequestOptions) => Promise<Response<T>>
+  readonly admin: <T = any>(path: string, options?: Omit<RequestOptions, "key">) => Promise<Response<T>>
+  /** A new account on `plan` with a key (all scopes unless given); returns both. */
+  readonly account: (options?: {
+    readonly plan?: string
+    readonly monthly_balance?: number
+    readonly topup_balance?: number
+    readonly monthly_grant?: number
+    readonly scopes?: ReadonlyArray<string>
+  }) => Promise<{ readonly accountId: string; readonly key: string; readonly keyId: string }>
+  readonly stop: () => Promise<void>
+  readonly close: () => Promise<void>
+}
+
+/** Settings every test server uses unless a test overrides them. */
+const testDefaults: Record<string, string> = {
+  LOG_LEVEL: "Warning",
+  RATE_LIMIT_FAILED_AUTH_PER_MINUTE: "100000",
+  RATE_LIMIT_ENABLED: "false",
+  SEED_DEMO: "false"
+}
+
+export const startTestServer = async (
+  env: Record<string, string> = {},
+  options: {
+    readonly databaseUrl?: string
+    /** Receives every span the server makes (the observability tests collect them). */
+    readonly tracer?: Tracer.Tracer
+    /** Replaces the default logger (the observability tests capture the lines). */
+    readonly logger?: Logger.Logger<unknown, unknown>
+    /** false: no background fibers (no worker claims rows a test inserts). Default true. */
+    readonly background?: boolean
+    /** Replaces the clip scorer the workers use (the predictions tests control it). */
+    readonly scorer?: Layer.Layer<ClipScorer>
+  } = {}
+): Promise<TestServer> => {
+  const databaseUrl = options.databaseUrl ?? (await createDatabase())
+  const dataDir = mkdtempSync(join(tmpdir(), "hookline-test-"))
+  const adminToken = `admin_${randomBytes(16).toString("hex")}`
+  const settings = new Map(Object.entries({
+    ...testDefaults,
+    DATABASE_URL: databaseUrl,
+    DATA_DIR: dataDir,
+    ADMIN_TOKEN: adminToken,
+    PORT: "0",
+    HOST: "127.0.0.1",
+    ...env
+  }))
+  const provider = ConfigProvider.fromMap(settings).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
+  const level = LogLevel.fromLiteral((settings.get("LOG_LEVEL") ?? "Warning") as LogLevel.Literal)
+  const scope = Effect.runSync(Scope.make())
+  const serverContext = await Effect.runPromise(
+    Layer.buildWithScope(BunHttpServer.layer({ port: 0, hostname: "127.0.0.1", maxRequestBodySize: 300 * 1024 * 1024 }), scope)
+  )
+  const layer = appLayer(Layer.succeedContext(serverContext), { background: options.background ?? true, scorer: options.scorer }).pipe(
+    Layer.provide(Logger.minimumLogLevel(level)),
+    Layer.provide(options.logger === undefined ? Layer.empty : Logger.replace(Logger.defaultLogger, options.logger)),
+    Layer.provide(options.tracer === undefined ? Layer.empty : Layer.setTracer(options.tracer)),
+    Layer.provide(Layer.setConfigProvider(provider))
+  )
+  await Effect.runPromise(
+    Layer.buildWithScope(layer, scope).pipe(Effect.withConfigProvider(provider), Logger.withMinimumLogLevel(level))
+  )
+  const address = Context.get(serverContext, HttpServer.HttpServer).address
+  if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
+  const url = `http://127.0.0.1:${address.port}`
+  const db = new Pg.Pool({ connectionString: databaseUrl, max: 4 })
+
+  const send = async <T>(path: string, options: RequestOptions & { readonly bearer?: string } = {}): Promise<Response<T>> => {
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.bearer !== undefined) headers["authorization"] = `Bearer ${options.bearer}`
+    let body: BodyInit | undefined = options.rawBody
+    if (options.body !== undefined) {
+      body = JSON.stringify(options.body)
+      headers["content-type"] ??= "application/json"
+    }
+    const response = await fetch(url + path, { method: options.method ?? "GET", headers, body })
+    const text = await response.text()
+    let parsed: unknown = text
+    try {
+      parsed = text === "" ? null : JSON.parse(text)
+    } catch {
+      // not JSON: keep the text
+    }
+    return { status: response.status, headers: response.headers, body: parsed as T }
+  }
+
+  let stopped = false
+  const stop = async () => {
+    if (stopped) return
+    stopped = true
+    await Effect.runPromise(Scope.close(scope, Exit.void))
+  }
+
+  const server: TestServer = {
+    url,
+    databaseUrl,
+    adminToken,
+    dataDir,
+    db,
+    request: (path, options = {}) => send(path, { ...options, bearer: options.key }),
+    admin: (path, options = {}) => send(path, { ...options, bearer: adminToken }),
+    account: async (options = {}) => {
+      const { scopes, ...accountFields } = options
+      const created = await send<{ id: string }>("/admin/accounts", {
+        method: "POST",
+        bearer: adminToken,
+        body: { plan: "pro", ...accountFields }
+      })
+      if (created.status !== 200) throw new Error(`account: ${created.status} ${JSON.stringify(created.body)}`)
+      const key = await send<{ id: string; api_key: string }>(`/admin/accounts/${created.body.id}/keys`, {
+        method: "POST",
+        bearer: adminToken,
+        body: scopes === undefined ? {} : { scopes }
+      })
+      if (key.status !== 200) throw new Error(`key: ${key.status} ${JSON.stringify(key.body)}`)
+      return { accountId: created.body.id, key: key.body.api_key, keyId: key.body.id }
+    },
+    stop,
+    close: async () => {
+      await stop()
+      await db.end()
+      if (options.databaseUrl === undefined) await dropDatabase(databaseUrl)
+    }
+  }
+  return server
+}
+
+/** Sums of the journal per bucket, next to the wallet's balances, for one account. */
+export const ledgerState = async (db: Pg.Pool, accountId: string) => {
+  const { rows } = await db.query<{
+    monthly_balance: string
+    topup_balance: string
+    journal_monthly: string
+    journal_topup: string
+    pending_holds: string
+  }>(
+    `SELECT w.monthly_balance, w.topup_balance,
+            COALESCE((SELECT sum(amount) FROM credit_journal WHERE account_id = $1 AND bucket = 'monthly'), 0) AS journal_monthly,
+            COALESCE((SELECT sum(amount) FROM credit_journal WHERE account_id = $1 AND bucket = 'topup'), 0) AS journal_topup,
+            (SELECT count(*) FROM holds WHERE account_id = $1 AND status = 'pending') AS pending_holds
+       FROM wallets w WHERE w.account_id = $1`,
+    [accountId]
+  )
+  const row = rows[0]
+  return {
+    monthly: Number(row.monthly_balance),
+    topup: Number(row.topup_balance),
+    journalMonthly: Number(row.journal_monthly),
+    journalTopup: Number(row.journal_topup),
+    pendingHolds: Number(row.pending_holds)
+  }
+}
