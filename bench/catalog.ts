@@ -1,0 +1,329 @@
+/**
+ * The catalog at scale: 1,000,000 demo hooks (100,000 with --quick), seeded once into
+ * hookline_bench_catalog_<count> and reused while the generator, the migrations and the count match, then metered search (common word, rare word,
+ * several words, no match), category lists and single hooks under 32 concurrent clients over
+ * loopback HTTP, against the bare baseline issuing the same SQL (src/Hooks/CatalogSql.ts) with
+ * the same Ledger statements and the same first-page cache logic.
+ *
+ * Each request draws its query from a pool of its kind, and the main rows run with the
+ * first-page cache off (CATALOG_CACHE_ENTRIES=0) on both sides, so every request does the full
+ * search; the "(cached)" rows show a popular query served from the cache, metering included.
+ *
+ * This file is also the baseline's route module for these routes (its default export).
+ */
+import { createHmac, randomBytes } from "node:crypto"
+import { readdirSync, readFileSync } from "node:fs"
+import { join } from "node:path"
+import Pg from "pg"
+import {
+  catalogVersionSql,
+  categoryExistsSql,
+  hookSql,
+  listPageSql,
+  searchPageSql,
+  topSortMs
+} from "../src/Hooks/CatalogSql.js"
+import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
+import { migrationsDirectory } from "../src/Sql.js"
+import { defaultDemoSeed, demoCategories, demoHook } from "../src/Hooks/DemoData.js"
+import { type BaselineContext, type BaselineRouteModule, newId, reserve, settle } from "./support/baseline.js"
+import { httpOperation, runLoad } from "./support/load.js"
+import { adminDatabaseUrl, createAccounts, startBaseline, startHookline } from "./support/processes.js"
+import { type BenchOptions, benchSettings, type ScenarioResult } from "./support/report.js"
+
+/** Hooks in the catalog: 1,000,000 (100,000 with --quick); BENCH_CATALOG_SIZE overrides both. */
+const catalogSizeFor = (quick: boolean) => Number(process.env.BENCH_CATALOG_SIZE ?? (quick ? 100_000 : 1_000_000))
+
+/** One database per size, so quick and full runs each keep their seeded catalog. */
+const databaseNameFor = (count: number) => `hookline_bench_catalog_${count}`
+
+/** What the seeded database must match to be reused: the size, the generator's output at both ends, the schema. */
+const fingerprint = (count: number) =>
+  createHmac("sha256", "catalog-bench")
+    .update(`${count}\n${defaultDemoSeed}\n${JSON.stringify(demoHook(0))}\n${JSON.stringify(demoHook(count - 1))}\n`)
+    .update(readdirSync(migrationsDirectory).sort().map((file) => readFileSync(join(migrationsDirectory, file), "utf8")).join("\n"))
+    .digest("hex")
+
+const databaseUrlOf = (name: string) => {
+  const url = new URL(adminDatabaseUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+/**
+ * The seeded catalog database: reused when its fingerprint matches, otherwise recreated,
+ * migrated by the real server, seeded and vacuumed (so index-only scans see all-visible pages).
+ */
+export const prepareCatalogDatabase = async (count: number, progress: (text: string) => void = () => {}) => {
+  const databaseName = databaseNameFor(count)
+  const url = databaseUrlOf(databaseName)
+  const admin = new Pg.Client({ connectionString: adminDatabaseUrl })
+  await admin.connect()
+  let reusable = false
+  try {
+    const exists = (await admin.query("SELECT 1 FROM pg_database WHERE datname = $1", [databaseName])).rows.length > 0
+    if (exists) {
+      const client = new Pg.Client({ connectionString: url })
+      await client.connect()
+      try {
+        const { rows } = await client.query<{ fingerprint: string }>("SELECT fingerprint FROM bench_catalog_seed").catch(() => ({ rows: [] }))
+        reusable = rows[0]?.fingerprint === fingerprint(count)
+      } finally {
+        await client.end()
+      }
+    }
+    if (!reusable) {
+      await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`)
+      await admin.query(`CREATE DATABASE ${databaseName}`)
+    }
+  } finally {
+    await admin.end()
+  }
+  if (reusable) {
+    progress(`catalog: reusing ${count.toLocaleString("en-US")} seeded hooks in ${databaseName}`)
+    return url
+  }
+  // The server runs the migrations; seeding then goes straight to the database.
+  const migrated = await startHookline(url)
+  await migrated.stop()
+  const started = performance.now()
+  let last = 0
+  await seedDemoDatabase(url, count, {
+    onProgress: (written) => {
+      if (written - last >= 100_000 || written === count) {
+        last = written
+        progress(`catalog: seeded ${written.toLocaleString("en-US")} / ${count.toLocaleString("en-US")} hooks (${((performance.now() - started) / 1000).toFixed(0)} s)`)
+      }
+    }
+  })
+  const client = new Pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    await client.query("VACUUM (ANALYZE) hooks")
+    await client.query("VACUUM (ANALYZE) hook_search")
+    await client.query("VACUUM (ANALYZE) hook_search_repeats")
+    await client.query("CREATE TABLE bench_catalog_seed (fingerprint text NOT NULL)")
+    await client.query("INSERT INTO bench_catalog_seed VALUES ($1)", [fingerprint(count)])
+  } finally {
+    await client.end()
+  }
+  progress(`catalog: seeded and vacuumed in ${((performance.now() - started) / 1000).toFixed(0)} s`)
+  return url
+}
+
+/** Query pools, one per scenario kind; a request takes the next one of its pool. */
+export const queries = {
+  // Each matches 4–9 % of the demo catalog (after stemming).
+  common: ["day", "try", "learn", "want", "need", "tell", "watch", "see", "way", "advice", "routine", "save"],
+  // Each matches about 0.05–0.2 %.
+  rare: ["reykjavik", "marrakesh", "hanoi", "bogota", "helsinki", "nairobi", "doormat", "flashlight", "clothespin", "lazy susan"],
+  // Two or three words that occur together in many hooks.
+  multi: ["save money", "morning routine", "build muscle", "cheap flights", "clear skin", "meal prep", "credit score", "fall asleep faster"],
+  // Words that are in no hook.
+  none: ["xylophone", "quasar", "zeppelin", "fjord", "narwhal", "obelisk", "kumquat", "theremin"]
+} as const
+
+// ---------------------------------------------------------------------------------------------
+// The baseline's routes: same validation order, same statements, same cache logic, no framework.
+
+const pageSize = 50
+
+const cursorTag = (secret: string, endpoint: string, binding: string, payload: Buffer) =>
+  createHmac("sha256", secret).update(`hookline-cursor/v1\0${endpoint}\0${binding}\0`).update(payload).digest().subarray(0, 16)
+
+const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: BaselineContext) => {
+  const secret = randomBytes(32).toString("base64url")
+  const cacheEntries = Number(process.env.CATALOG_CACHE_ENTRIES ?? 1_000)
+  const cache = new Map<string, { version: number; rows: Array<Record<string, unknown>> }>()
+  const error = (status: number, type: string, message: string) => json({ error: { type, message, request_id: newId("req") } }, status)
+
+  const encode = (endpoint: string, binding: string, position: unknown) => {
+    const payload = Buffer.from(JSON.stringify(position))
+    return Buffer.concat([Buffer.of(1), cursorTag(secret, endpoint, binding, payload), payload]).toString("base64url")
+  }
+  const decode = (endpoint: string, binding: string, cursor: string): unknown => {
+    const raw = Buffer.from(cursor, "base64url")
+    if (raw.length <= 17 || raw[0] !== 1) return null
+    const payload = raw.subarray(17)
+    return raw.subarray(1, 17).equals(cursorTag(secret, endpoint, binding, payload)) ? JSON.parse(payload.toString()) : null
+  }
+  const lean = (row: Record<string, unknown>) => ({
+    id: row.id,
+    text: row.text,
+    platform: row.platform,
+    media_type: row.media_type,
+    thumbnail_url: row.thumbnail_url,
+    category: row.category,
+    hook_duration_sec: row.hook_duration_sec,
+    published_at: row.published_at === null ? null : (row.published_at as Date).toISOString()
+  })
+  const cached = async (key: string, first: boolean, load: () => Promise<Array<Record<string, unknown>>>) => {
+    if (!first || cacheEntries <= 0) return load()
+    const version = Number((await pool.query<{ version: string }>(catalogVersionSql)).rows[0].version)
+    const hit = cache.get(key)
+    if (hit !== undefined && hit.version === version) return hit.rows
+    const rows = await load()
+    cache.set(key, { version, rows })
+    if (cache.size > cacheEntries) cache.delete(cache.keys().next().value!)
+    return rows
+  }
+  const page = async (
+    accountId: string,
+    operation: "search" | "list",
+    endpoint: string,
+    binding: string,
+    rows: () => Promise<Array<Record<string, unknown>>>,
+    position: (row: Record<string, unknown>) => unknown
+  ) => {
+    const hold = await reserve(pool, accountId, 2, { operation, requestId: newId("req") })
+    if (hold === null) return error(402, "insufficient_credits", "Not enough credits.")
+    const found = await rows()
+    const data = found.slice(0, pageSize)
+    const charge = Math.ceil(data.length / 25)
+    const settled = await settle(pool, hold.id, charge)
+    const next = found.length > pageSize ? encode(endpoint, binding, position(data[data.length - 1])) : null
+    return json(
+      { object: "list", data: data.map(lean), has_more: next !== null, next_cursor: next },
+      200,
+      { "x-credits-charged": String(charge), "x-credits-remaining": String((settled?.monthly ?? 0) + (settled?.topup ?? 0)) }
+    )
+  }
+
+  return {
+    "GET /v1/hooks/search": async (request, url) => {
+      const caller = await authenticate(request, url, "hooks:read")
+      if (caller instanceof Response) return caller
+      const q = url.searchParams.get("q") ?? ""
+      const query = q.trim().replace(/\s+/g, " ").toLowerCase()
+      if (q.length < 1 || q.length > 200 || query === "") return error(422, "validation_error", "q: invalid")
+      const cursor = url.searchParams.get("cursor")
+      const after = cursor === null ? null : (decode("search", query, cursor) as [number | null, number, string] | null)
+      if (cursor !== null && after === null) return error(400, "invalid_cursor", "Bad cursor.")
+      return page(caller.accountId, "search", "search", query, () =>
+        cached(`search\0${query}`, after === null, async () =>
+          (await pool.query(searchPageSql, [query, after?.[0] ?? null, after?.[1] ?? null, after?.[2] ?? null, pageSize + 1, 10_000])).rows), (row) => [row.k1, Number(row.k2), row.id])
+    },
+    "GET /v1/hooks/list": async (request, url) => {
+      const caller = await authenticate(request, url, "hooks:read")
+      if (caller instanceof Response) return caller
+      const category = url.searchParams.get("category") ?? ""
+      if (!/^[a-z0-9]+(?:-[a-z0-9]+)*$/.test(category) || category.length > 64) return error(422, "validation_error", "category: invalid")
+      const cursor = url.searchParams.get("cursor")
+      const after = cursor === null ? null : (decode("list", category, cursor) as [number, string] | null)
+      if (cursor !== null && after === null) return error(400, "invalid_cursor", "Bad cursor.")
+      if (!(await pool.query<{ found: boolean }>(categoryExistsSql, [category])).rows[0].found) {
+        return error(422, "validation_error", "category: unknown slug")
+      }
+      return page(caller.accountId, "list", "list", category, () =>
+        cached(`list\0${category}`, after === null, async () =>
+          (await pool.query(listPageSql, [category, after?.[0] ?? topSortMs, after?.[1] ?? "", pageSize + 1])).rows), (row) => [Number(row.k2), row.id])
+    },
+    "GET /v1/hooks/:id": async (request, url, params) => {
+      const caller = await authenticate(request, url, "hooks:read")
+      if (caller instanceof Response) return caller
+      if (!/^hook_[0-9a-f]{32}$/.test(params.id)) return error(404, "not_found", "No such hook.")
+      const { rows } = await pool.query(hookSql, [params.id])
+      if (rows.length === 0) return error(404, "not_found", "No such hook.")
+      const hold = await reserve(pool, caller.accountId, 1, { operation: "hook", referenceId: params.id, requestId: newId("req") })
+      if (hold === null) return error(402, "insufficient_credits", "Not enough credits.")
+      const settled = await settle(pool, hold.id, 1)
+      const row = rows[0]
+      return json(
+        {
+          ...lean(row),
+          source_url: row.source_url,
+          caption: row.caption,
+          duration_sec: row.duration_sec,
+          summary: row.summary,
+          emotions: row.emotions,
+          comment_themes: row.comment_themes,
+          metrics: row.metrics,
+          creator: row.creator,
+          audio: row.audio
+        },
+        200,
+        { "x-credits-charged": "1", "x-credits-remaining": String((settled?.monthly ?? 0) + (settled?.topup ?? 0)) }
+      )
+    }
+  }
+}
+export default baselineRoutes
+
+// ---------------------------------------------------------------------------------------------
+
+export interface CatalogBenchOptions extends BenchOptions {
+  readonly progress?: (text: string) => void
+}
+
+export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Array<ScenarioResult>> => {
+  const settings = benchSettings(options)
+  const progress = options.progress ?? ((text: string) => console.error(`[bench catalog] ${text}`))
+  const catalogSize = catalogSizeFor(options.quick)
+  const databaseUrl = await prepareCatalogDatabase(catalogSize, progress)
+  const sample = Math.min(catalogSize, 1_000_000)
+  const hookIds = Array.from({ length: 2_000 }, (_, i) => demoHook(Math.floor((i * 7_919) % sample)).id)
+  const slugs = demoCategories.map((category) => category.slug)
+  const size = catalogSize.toLocaleString("en-US")
+
+  type Scenario = {
+    readonly scenario: string
+    readonly operation: string
+    readonly path: (iteration: number, worker: number) => string
+  }
+  const search = (pool: ReadonlyArray<string>) => (iteration: number, worker: number) =>
+    `/v1/hooks/search?q=${encodeURIComponent(pool[(iteration * 7 + worker) % pool.length])}`
+  const scenarios = (cached: boolean): Array<Scenario> =>
+    cached
+      ? [
+        { scenario: "metered search, common word (cached)", operation: `GET /v1/hooks/search?q=day, ${size} hooks`, path: () => "/v1/hooks/search?q=day" },
+        { scenario: "metered search, multi-word (cached)", operation: `GET /v1/hooks/search?q=morning+routine, ${size} hooks`, path: () => "/v1/hooks/search?q=morning%20routine" }
+      ]
+      : [
+        { scenario: "metered search, common word", operation: `GET /v1/hooks/search, ${queries.common.length} words of 4–9 %, ${size} hooks`, path: search(queries.common) },
+        { scenario: "metered search, rare word", operation: `GET /v1/hooks/search, ${queries.rare.length} words of ≈0.1 %, ${size} hooks`, path: search(queries.rare) },
+        { scenario: "metered search, multi-word", operation: `GET /v1/hooks/search, ${queries.multi.length} phrases, ${size} hooks`, path: search(queries.multi) },
+        { scenario: "metered search, no match", operation: `GET /v1/hooks/search, ${queries.none.length} unknown words, ${size} hooks`, path: search(queries.none) },
+        {
+          scenario: "list",
+          operation: `GET /v1/hooks/list, ${slugs.length} categories, ${size} hooks`,
+          path: (iteration, worker) => `/v1/hooks/list?category=${slugs[(iteration + worker) % slugs.length]}`
+        },
+        {
+          scenario: "get hook",
+          operation: `GET /v1/hooks/{id}, ${size} hooks`,
+          path: (iteration, worker) => `/v1/hooks/${hookIds[(iteration * 31 + worker * 131) % hookIds.length]}`
+        }
+      ]
+
+  const rows: Array<ScenarioResult> = []
+  for (const cached of [false, true]) {
+    const env = { CATALOG_CACHE_ENTRIES: cached ? "1000" : "0" }
+    const hookline = await startHookline(databaseUrl, env)
+    let baseline: Awaited<ReturnType<typeof startBaseline>> | null = null
+    try {
+      const accounts = await createAccounts(hookline, settings.concurrency)
+      baseline = await startBaselineWith(databaseUrl, env)
+      const keyOf = (worker: number) => ({ authorization: `Bearer ${accounts[worker % accounts.length].key}` })
+      for (const scenario of scenarios(cached)) {
+        progress(scenario.scenario)
+        const measure = (url: string) =>
+          runLoad({ ...settings, operation: httpOperation(url, (worker, iteration) => ({ path: scenario.path(iteration, worker), headers: keyOf(worker) })) })
+        rows.push({
+          scenario: scenario.scenario,
+          operation: scenario.operation,
+          unit: "req/s",
+          hookline: await measure(hookline.url),
+          baseline: await measure(baseline.url)
+        })
+      }
+    } finally {
+      await baseline?.stop()
+      await hookline.stop()
+    }
+  }
+  return rows
+}
+
+/** The baseline with this file's routes and the same cache setting as the server. */
+const startBaselineWith = (databaseUrl: string, env: Record<string, string>) =>
+  startBaseline(databaseUrl, ["bench/catalog.ts"], env)

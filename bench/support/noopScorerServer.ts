@@ -1,0 +1,20 @@
+/**
+ * The Hookline server exactly as src/main.ts starts it (same configuration from the
+ * environment), except that its workers use a scorer that answers at once: the predictions
+ * bench runs it to measure the pipeline's own ceiling (API, upload, ledger, queue, workers,
+ * outbox) without the media analysis.
+ */
+import { BunRuntime } from "@effect/platform-bun"
+import { Effect, Layer } from "effect"
+import { appLayer, ServerLive } from "../../src/App.js"
+import { LoggingLive } from "../../src/Logging.js"
+import { ClipScorer } from "../../src/Predictions/Scorer.js"
+
+const NoopScorer = Layer.succeed(
+  ClipScorer,
+  ClipScorer.make({
+    score: () => Effect.succeed({ band: "medium", hookDurationSec: 1.5, durationSec: 15, category: null, features: {} })
+  })
+)
+
+Layer.launch(appLayer(ServerLive, { background: true, scorer: NoopScorer })).pipe(Effect.provide(LoggingLive), BunRuntime.runMain)
