@@ -1,47 +1,68 @@
 /**
  * Opaque, tamper-proof pagination cursors, shared by every paginated endpoint.
  *
- * A cursor is `base64url(JSON position) . base64url(HMAC-SHA256)`. The MAC covers the position
- * and a *binding*: a string naming the endpoint and everything that shaped the query (account,
- * filters). A cursor that is malformed, altered, or presented to another endpoint or query fails
- * the MAC and answers 400 invalid_cursor; the position schema then checks its shape.
+ * Wire form: base64url( version byte ‖ 16-byte HMAC-SHA256 tag ‖ JSON position ). The tag covers
+ * a *binding* (the endpoint and everything that shaped the query: account, normalised text,
+ * filters) as well as the position, so a cursor that is malformed, altered, or replayed on
+ * another endpoint or query fails verification and the request gets 400 invalid_cursor. The
+ * position schema then checks the shape. Cursors carry no expiry: a keyset position stays valid.
  */
-import { Effect, Redacted, Schema } from "effect"
+import { Effect, Either, Option, Redacted, Schema } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { InvalidCursor } from "./Errors.js"
 
-const invalid = new InvalidCursor({
-  message: "The cursor is malformed, altered, or from another query; pass next_cursor back unchanged with the same parameters."
-})
+const version = 1
+const tagBytes = 16
+const maxCursorLength = 1024
 
-const mac = (secret: Redacted.Redacted<string>, binding: string, body: string): Buffer =>
-  createHmac("sha256", Redacted.value(secret)).update(binding).update("\n").update(body).digest()
+const tagOf = (secret: Redacted.Redacted<string>, binding: string, payload: Buffer): Buffer =>
+  createHmac("sha256", Redacted.value(secret))
+    .update(`hookline-cursor/v${version}\0${binding}\0`)
+    .update(payload)
+    .digest()
+    .subarray(0, tagBytes)
 
 /** The cursor for `position`, valid only for the same `binding`. */
 export const signCursor = (secret: Redacted.Redacted<string>, binding: string, position: unknown): string => {
-  const body = Buffer.from(JSON.stringify(position), "utf8").toString("base64url")
-  return `${body}.${mac(secret, binding, body).toString("base64url")}`
+  const payload = Buffer.from(JSON.stringify(position), "utf8")
+  return Buffer.concat([Buffer.of(version), tagOf(secret, binding, payload), payload]).toString("base64url")
 }
 
-/** The position in `cursor`, or InvalidCursor when it was not made by signCursor for `binding`. */
-export const readCursor = <A, I>(
+/** The position in `cursor`, or None when signCursor did not make it for `binding`. */
+export const decodeCursor = <A, I>(
   secret: Redacted.Redacted<string>,
   binding: string,
   cursor: string,
   position: Schema.Schema<A, I>
-): Effect.Effect<A, InvalidCursor> =>
-  Effect.suspend(() => {
-    const parts = cursor.split(".")
-    if (parts.length !== 2) return Effect.fail(invalid)
-    const [body, signature] = parts
-    const given = Buffer.from(signature, "base64url")
-    const expected = mac(secret, binding, body)
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return Effect.fail(invalid)
-    let decoded: unknown
-    try {
-      decoded = JSON.parse(Buffer.from(body, "base64url").toString("utf8"))
-    } catch {
-      return Effect.fail(invalid)
-    }
-    return Schema.decodeUnknown(position)(decoded).pipe(Effect.mapError(() => invalid))
-  })
+): Option.Option<A> => {
+  if (cursor.length === 0 || cursor.length > maxCursorLength || !/^[A-Za-z0-9_-]+$/.test(cursor)) return Option.none()
+  const raw = Buffer.from(cursor, "base64url")
+  if (raw.length <= 1 + tagBytes || raw[0] !== version) return Option.none()
+  const payload = raw.subarray(1 + tagBytes)
+  if (!timingSafeEqual(raw.subarray(1, 1 + tagBytes), tagOf(secret, binding, payload))) return Option.none()
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(payload.toString("utf8"))
+  } catch {
+    return Option.none()
+  }
+  return Either.getRight(Schema.decodeUnknownEither(position)(parsed))
+}
+
+const invalidCursor = new InvalidCursor({
+  message: "The cursor is malformed, altered, or belongs to another query; pass next_cursor back unchanged with the same parameters, or start again without it."
+})
+
+/** The request's optional `cursor` parameter as a position: None for the first page, 400 invalid_cursor when bad. */
+export const readCursor = <A, I>(
+  secret: Redacted.Redacted<string>,
+  binding: string,
+  cursor: string | undefined,
+  position: Schema.Schema<A, I>
+): Effect.Effect<Option.Option<A>, InvalidCursor> =>
+  cursor === undefined
+    ? Effect.succeed(Option.none())
+    : Option.match(decodeCursor(secret, binding, cursor, position), {
+      onNone: () => Effect.fail(invalidCursor),
+      onSome: (value) => Effect.succeed(Option.some(value))
+    })

@@ -19,8 +19,15 @@ import {
   upsertHooksSql
 } from "./CatalogSql.js"
 import { CatalogConfig, pageSize } from "./Config.js"
-import type { ListPosition, SearchPosition } from "./Cursor.js"
 import type { HookRecord } from "./HookRecord.js"
+
+/** Where the next search page starts: the last row's (k1, sort_ms, id); see hook_search_page. */
+export const SearchPosition = Schema.Tuple(Schema.NullOr(Schema.Number), Schema.Int, Schema.String)
+export type SearchPosition = typeof SearchPosition.Type
+
+/** Where the next list page starts: the last row's (sort_ms, id). */
+export const ListPosition = Schema.Tuple(Schema.Int, Schema.String)
+export type ListPosition = typeof ListPosition.Type
 
 const LeanRow = Schema.Struct({
   id: Schema.String,

@@ -7,11 +7,11 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
 import { HooklineApi } from "../Api.js"
 import { Secrets } from "../Config.js"
-import { InvalidCursor, NotFound, ValidationFailed } from "../Errors.js"
+import { readCursor, signCursor } from "../Cursor.js"
+import { NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
 import { metered } from "../Ledger/Metering.js"
-import { type CursorEndpoint, makeCursors } from "./Cursor.js"
-import { HookCatalog, normaliseQuery, type Page } from "./HookCatalog.js"
+import { HookCatalog, ListPosition, normaliseQuery, type Page, SearchPosition } from "./HookCatalog.js"
 
 /** Credits a page of `rows` rows costs. */
 export const pageCost = (rows: number) => Math.ceil(rows / 25)
@@ -21,25 +21,17 @@ const hookId = idPattern("hook")
 export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handlers) =>
   Effect.gen(function*() {
     const catalog = yield* HookCatalog
-    const secrets = yield* Secrets
-    const cursors = makeCursors(secrets.cursorSecret)
+    const { cursorSecret } = yield* Secrets
+    // A cursor is bound to its endpoint and to the normalised query or the category.
+    const bindingOf = (endpoint: "search" | "list", query: string) => `hooks.${endpoint}\0${query}`
 
-    const position = <E extends CursorEndpoint>(endpoint: E, binding: string, cursor: string | undefined) =>
-      cursor === undefined
-        ? Effect.succeed(Option.none())
-        : Option.match(cursors.decode(endpoint, binding, cursor), {
-          onNone: () =>
-            new InvalidCursor({ message: "The cursor is malformed, altered, or belongs to another query; start again without it." }),
-          onSome: (value) => Effect.succeed(Option.some(value))
-        })
-
-    const respond = <P>(endpoint: CursorEndpoint, binding: string, page: Page<P>) => ({
+    const respond = <P>(binding: string, page: Page<P>) => ({
       object: "list" as const,
       data: page.data,
       has_more: Option.isSome(page.next),
       next_cursor: Option.match(page.next, {
         onNone: () => null,
-        onSome: (next) => cursors.encode(endpoint, binding, next as never)
+        onSome: (next) => signCursor(cursorSecret, binding, next)
       })
     })
 
@@ -49,17 +41,19 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
         Effect.gen(function*() {
           const query = normaliseQuery(urlParams.q)
           if (query === "") return yield* new ValidationFailed({ message: "q: must contain a non-blank character" })
-          const after = yield* position("search", query, urlParams.cursor)
+          const binding = bindingOf("search", query)
+          const after = yield* readCursor(cursorSecret, binding, urlParams.cursor, SearchPosition)
           return yield* metered({
             operation: "search",
             reserve: 2,
             run: () => catalog.search(query, after),
             cost: (page) => pageCost(page.data.length)
-          }).pipe(Effect.map((page) => respond("search", query, page)))
+          }).pipe(Effect.map((page) => respond(binding, page)))
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
-          const after = yield* position("list", urlParams.category, urlParams.cursor)
+          const binding = bindingOf("list", urlParams.category)
+          const after = yield* readCursor(cursorSecret, binding, urlParams.cursor, ListPosition)
           if (!(yield* catalog.categoryExists(urlParams.category))) {
             return yield* new ValidationFailed({
               message: `category: unknown slug ${JSON.stringify(urlParams.category)}; GET /v1/hooks/categories lists the valid ones`
@@ -70,7 +64,7 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
             reserve: 2,
             run: () => catalog.list(urlParams.category, after),
             cost: (page) => pageCost(page.data.length)
-          }).pipe(Effect.map((page) => respond("list", urlParams.category, page)))
+          }).pipe(Effect.map((page) => respond(binding, page)))
         }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {

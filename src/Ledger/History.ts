@@ -83,9 +83,7 @@ export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/Cre
           params["created[gte]"]?.toISOString() ?? "",
           params["created[lte]"]?.toISOString() ?? ""
         ].join("|")
-        const after = params.cursor === undefined
-          ? Option.none<typeof Position.Type>()
-          : Option.some(yield* readCursor(cursorSecret, binding, params.cursor, Position))
+        const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
 
         const rows = yield* sql`
           SELECT j.seq AS pos, e.ord, e.id, e.type, e.bucket, e.amount, j.monthly_after, j.topup_after,
