@@ -126,6 +126,22 @@ describe("NDJSON", () => {
     expect(response.body.inserted).toBe(2)
     expect(response.body.rejected).toEqual([{ index: 2, message: "the record is larger than 1048576 bytes" }])
   })
+
+  test("a record holding the NUL character is rejected alone; its batch is still imported", async () => {
+    const response = await importBody(ndjson([
+      { text: "Nulhawk one", platform: "tiktok", source_url: "https://nul.example/1" },
+      { text: "Nulhawk \u0000 two", platform: "tiktok", source_url: "https://nul.example/2" },
+      { text: "Nulhawk three", platform: "tiktok", source_url: "https://nul.example/3", metrics: { "views\u0000": 1 } },
+      { text: "Nulhawk four", platform: "tiktok", source_url: "https://nul.example/4" }
+    ]))
+    expect(response.status).toBe(200)
+    expect(response.body).toMatchObject({ inserted: 2, updated: 0, rejected_count: 2 })
+    expect(response.body.rejected).toEqual([
+      { index: 2, message: "text: must not contain the NUL character (U+0000)" },
+      { index: 3, message: "metrics.views\u0000: must not contain the NUL character (U+0000)" }
+    ])
+    expect(await count("text LIKE 'Nulhawk%'", [])).toBe(2)
+  })
 })
 
 describe("JSON array", () => {

@@ -85,11 +85,39 @@ const describe = (error: ParseResult.ParseError): string => {
   return `${field}: ${rule}`
 }
 
+/**
+ * The path of the first string (value or key) holding U+0000, which PostgreSQL text and jsonb
+ * cannot store: caught per record, so one such line is rejected instead of failing its batch.
+ */
+const nulCharacterAt = (value: unknown, path: ReadonlyArray<string | number>): ReadonlyArray<string | number> | null => {
+  if (typeof value === "string") return value.includes("\0") ? path : null
+  if (Array.isArray(value)) {
+    for (let index = 0; index < value.length; index++) {
+      const found = nulCharacterAt(value[index], [...path, index])
+      if (found !== null) return found
+    }
+    return null
+  }
+  if (typeof value === "object" && value !== null) {
+    for (const [key, item] of Object.entries(value)) {
+      if (key.includes("\0")) return [...path, key]
+      const found = nulCharacterAt(item, [...path, key])
+      if (found !== null) return found
+    }
+  }
+  return null
+}
+
 /** Validates one imported value; the id is derived when absent (source_url is then required). */
-export const validateHookRecord = (value: unknown): Either.Either<HookRecord, string> =>
-  Either.flatMap(Either.mapLeft(decodeImport(value), describe), (record): Either.Either<HookRecord, string> => {
+export const validateHookRecord = (value: unknown): Either.Either<HookRecord, string> => {
+  const nulPath = nulCharacterAt(value, [])
+  if (nulPath !== null) {
+    return Either.left(`${nulPath.length === 0 ? "record" : nulPath.map(String).join(".")}: must not contain the NUL character (U+0000)`)
+  }
+  return Either.flatMap(Either.mapLeft(decodeImport(value), describe), (record): Either.Either<HookRecord, string> => {
     const { id, ...fields } = record
     if (id !== undefined) return Either.right({ id, ...fields })
     if (fields.source_url === null) return Either.left("id: is required when source_url is null (the id is derived from platform + source_url)")
     return Either.right({ id: derivedHookId(fields.platform, fields.source_url), ...fields })
   })
+}
