@@ -22,7 +22,7 @@ import {
   submitClip
 } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
-import { createDatabase, dropDatabase, ledgerState } from "./support/server.js"
+import { createDatabase, dropDatabase, ledgerState, testPool } from "./support/server.js"
 
 let shared: Deployment
 let db: Pg.Pool
@@ -43,7 +43,7 @@ const common = {
 
 beforeAll(async () => {
   shared = deployment(await createDatabase())
-  db = new Pg.Pool({ connectionString: shared.databaseUrl, max: 4 })
+  db = testPool(shared.databaseUrl, 4)
   receiver = startReceiver()
   probe = gatedProbe()
 })

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test"
 import Pg from "pg"
 import { adminClient, type Deployment, deployment, type ServerProcess, smallClip, spawnServer, submitClip } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
-import { createDatabase, dropDatabase, ledgerState } from "./support/server.js"
+import { createDatabase, dropDatabase, ledgerState, testPool } from "./support/server.js"
 
 let shared: Deployment
 let db: Pg.Pool
@@ -29,7 +29,7 @@ const env = {
 
 beforeAll(async () => {
   shared = deployment(await createDatabase())
-  db = new Pg.Pool({ connectionString: shared.databaseUrl, max: 2 })
+  db = testPool(shared.databaseUrl, 2)
   receiver = startReceiver()
   // One after the other: the first applies the migrations.
   a = await spawnServer({ deployment: shared, env })

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import Pg from "pg"
 import { adminClient, type Deployment, deployment, gatedProbe, type GatedProbe, smallClip, spawnServer, submitClip } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
-import { createDatabase, dropDatabase } from "./support/server.js"
+import { createDatabase, dropDatabase, testPool } from "./support/server.js"
 
 let databaseUrl: string
 let shared: Deployment
@@ -20,7 +20,7 @@ const receivers: Array<Receiver> = []
 beforeAll(async () => {
   ;[databaseUrl, clip] = await Promise.all([createDatabase(), smallClip()])
   shared = deployment(databaseUrl)
-  db = new Pg.Pool({ connectionString: databaseUrl, max: 2 })
+  db = testPool(databaseUrl, 2)
   probe = gatedProbe()
 })
 afterAll(async () => {

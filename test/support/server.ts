@@ -15,6 +15,16 @@ import type { ClipScorer } from "../../src/Predictions/Scorer.js"
 
 export const adminDatabaseUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
+/**
+ * A pg pool for a test's own queries. Dropping a database WITH (FORCE) terminates its sessions
+ * (57P01); an idle pooled client then emits "error", which must not crash the test process.
+ */
+export const testPool = (connectionString: string, max: number): Pg.Pool => {
+  const pool = new Pg.Pool({ connectionString, max })
+  pool.on("error", () => {})
+  return pool
+}
+
 /** Creates an empty database and returns its URL. */
 export const createDatabase = async (): Promise<string> => {
   const name = `hookline_test_${randomBytes(6).toString("hex")}`
@@ -38,6 +48,77 @@ export const dropDatabase = async (databaseUrl: string) => {
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
   } finally {
     await admin.end()
+  }
+}
+
+/** The error envelope every non-2xx answer carries. */
+export interface ErrorBody {
+  readonly error: { readonly type: string; readonly message: string; readonly request_id: string }
+}
+
+/** A page of hooks from search or list, as sent on the wire. */
+export interface HookPage {
+  readonly object: "list"
+  readonly data: ReadonlyArray<{ readonly id: string; readonly text: string; readonly category: string }>
+  readonly has_more: boolean
+  readonly next_cursor: string | null
+}
+
+/** The answer to POST /v1/predict/upload: a prediction awaiting its clip and where to PUT it. */
+export interface UploadLink {
+  readonly upload_id: string
+  readonly prediction_id: string
+  readonly upload_url: string
+  readonly expires_at: string
+}
+
+/** A prediction as sent on the wire (GET /v1/predict/{id}, POST /v1/predict, webhook event data). */
+export interface PredictionBody {
+  readonly object: "prediction"
+  readonly id: string
+  readonly status: "awaiting_upload" | "queued" | "running" | "succeeded" | "failed"
+  readonly created_at: string
+  readonly completed_at: string | null
+  readonly input: { readonly duration_sec: number | null } | null
+  readonly result: {
+    readonly band: "low" | "medium" | "high"
+    readonly hook_duration_sec: number | null
+    readonly category: { readonly slug: string } | null
+  } | null
+  readonly error: { readonly type: string; readonly message: string } | null
+}
+
+/** A wallet as sent on the wire (GET /v1/wallet, an admin grant's answer). */
+export interface WalletBody {
+  readonly object: "wallet"
+  readonly monthly_balance: number
+  readonly monthly_period_end: string | null
+  readonly topup_balance: number
+}
+
+/** A webhook event: the signed body a receiver gets, and the payload the outbox stores. */
+export interface WebhookEvent {
+  readonly id: string
+  readonly object: "event"
+  readonly type: "prediction.succeeded" | "prediction.failed"
+  readonly created_at: string
+  readonly data: PredictionBody
+}
+
+/** The parts of an OpenAPI operation the tests read. */
+export interface OpenApiOperation {
+  readonly parameters?: ReadonlyArray<{ readonly name: string; readonly in: string; readonly required?: boolean }>
+  readonly responses: Readonly<Record<string, { readonly headers?: Readonly<Record<string, unknown>> }>>
+}
+
+/** The parts of /openapi.json the tests read. */
+export interface OpenApiDocument {
+  readonly info: { readonly version: string }
+  /** Path template → lower-case method → operation. */
+  readonly paths: Readonly<Record<string, Readonly<Record<string, OpenApiOperation>>>>
+  readonly components: {
+    readonly schemas: Readonly<Record<string, { readonly properties?: Readonly<Record<string, unknown>> }>>
+    readonly securitySchemes: Readonly<Record<string, unknown>>
   }
 }
 
@@ -128,7 +209,7 @@ export const startTestServer = async (
   const address = Context.get(serverContext, HttpServer.HttpServer).address
   if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
   const url = `http://127.0.0.1:${address.port}`
-  const db = new Pg.Pool({ connectionString: databaseUrl, max: 4 })
+  const db = testPool(databaseUrl, 4)
 
   const send = async <T>(path: string, options: RequestOptions & { readonly bearer?: string } = {}): Promise<Response<T>> => {
     const headers: Record<string, string> = { ...options.headers }
