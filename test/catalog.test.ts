@@ -8,7 +8,7 @@ import { createHash } from "node:crypto"
 import Pg from "pg"
 import { hookColumns, upsertHooksSql } from "../src/Hooks/CatalogSql.js"
 import type { HookRecord } from "../src/Hooks/HookRecord.js"
-import { ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, type HookPage, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 let key: string
@@ -80,16 +80,17 @@ const list = (category: string, cursor?: string, options: { key?: string } = {})
     key: options.key ?? key
   })
 
-const ids = (response: Response<any>): Array<string> => response.body.data.map((item: { id: string }) => item.id)
+const ids = (response: Response<HookPage>): Array<string> => response.body.data.map((item) => item.id)
 
-const expectError = (response: Response<any>, status: number, type: string) => {
-  expect({ status: response.status, type: response.body?.error?.type }).toEqual({ status, type })
-  expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"))
+const expectError = (response: Response, status: number, type: string) => {
+  const body = response.body as ErrorBody | null
+  expect({ status: response.status, type: body?.error?.type }).toEqual({ status, type })
+  expect(body!.error.request_id).toBe(response.headers.get("x-request-id")!)
   expect(response.headers.get("x-credits-charged")).toBeNull()
 }
 
 /** Follows next_cursor to the end; returns every page's ids. */
-const walk = async (first: () => Promise<Response<any>>, next: (cursor: string) => Promise<Response<any>>, between?: () => Promise<void>) => {
+const walk = async (first: () => Promise<Response<HookPage>>, next: (cursor: string) => Promise<Response<HookPage>>, between?: () => Promise<void>) => {
   const pages: Array<Array<string>> = []
   let response = await first()
   for (;;) {
@@ -440,7 +441,7 @@ describe("bad cursors", () => {
   const altered = (cursor: string, at: number) =>
     cursor.slice(0, at) + (cursor[at] === "A" ? "B" : "A") + cursor.slice(at + 1)
 
-  const cases: Record<string, (as: { key: string }) => Promise<Response<any>>> = {
+  const cases: Record<string, (as: { key: string }) => Promise<Response>> = {
     "garbage": (as) => search("blimpwhistle", "garbage", as),
     "not base64url": (as) => search("blimpwhistle", "a+b/c==", as),
     "altered signature": (as) => search("blimpwhistle", altered(searchCursor, 5), as),

@@ -10,7 +10,7 @@ import { join } from "node:path"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { defaultDemoSeed, demoCatalogEnd, demoCategories, demoHook } from "../src/Hooks/DemoData.js"
 import { derivedHookId, validateHookRecord } from "../src/Hooks/HookRecord.js"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { createDatabase, dropDatabase, type HookPage, startTestServer, type TestServer, testPool } from "./support/server.js"
 
 describe("the generator", () => {
   const sample = Array.from({ length: 5_000 }, (_, i) => demoHook(i))
@@ -77,6 +77,35 @@ describe("seeding a database", () => {
   })
 })
 
+describe("npm run admin -- catalog seed-demo", () => {
+  test("imports the categories and hooks 0 … N-1 through the import route; running it again updates, never duplicates", async () => {
+    const databaseUrl = await createDatabase()
+    const db = testPool(databaseUrl, 1)
+    try {
+      const seed = () => {
+        const run = Bun.spawnSync([process.execPath, "src/Admin/Cli.ts", "catalog", "seed-demo", "--count", "1200"], {
+          cwd: join(import.meta.dir, ".."),
+          env: { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: "warning" }
+        })
+        expect(run.exitCode).toBe(0)
+        return JSON.parse(run.stdout.toString()) as { inserted: number; updated: number; rejected_count: number }
+      }
+      expect(seed()).toMatchObject({ inserted: 1_200, updated: 0, rejected_count: 0 })
+      expect(seed()).toMatchObject({ inserted: 0, rejected_count: 0 })
+      const { rows } = await db.query<{ hooks: number; categories: number }>(
+        "SELECT (SELECT count(*) FROM hooks)::int AS hooks, (SELECT count(*) FROM categories)::int AS categories"
+      )
+      expect(rows[0]).toEqual({ hooks: 1_200, categories: demoCategories.length })
+      const last = demoHook(1_199)
+      const stored = await db.query<{ text: string; category: string | null }>("SELECT text, category FROM hooks WHERE id = $1", [last.id])
+      expect(stored.rows).toEqual([{ text: last.text, category: last.category }])
+    } finally {
+      await db.end()
+      await dropDatabase(databaseUrl)
+    }
+  }, 60_000)
+})
+
 describe("embedded mode", () => {
   const dataDir = mkdtempSync(join(tmpdir(), "hookline-catalog-embedded-"))
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
@@ -105,11 +134,11 @@ describe("embedded mode", () => {
       }
       reader.releaseLock()
       const key = /demo API key:\s+(hkl_live_\S+)/.exec(output)![1]
-      const get = async (path: string) => {
+      const get = async <T = HookPage>(path: string) => {
         const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { authorization: `Bearer ${key}` } })
-        return { status: response.status, body: (await response.json()) as any }
+        return { status: response.status, body: (await response.json()) as T }
       }
-      const categories = await get("/v1/hooks/categories")
+      const categories = await get<{ data: ReadonlyArray<unknown> }>("/v1/hooks/categories")
       expect(categories.body.data).toHaveLength(demoCategories.length)
 
       // A common word, walked to the end: every match once.
@@ -117,7 +146,7 @@ describe("embedded mode", () => {
       let page = await get("/v1/hooks/search?q=the")
       for (;;) {
         expect(page.status).toBe(200)
-        seen.push(...page.body.data.map((hook: { id: string }) => hook.id))
+        seen.push(...page.body.data.map((hook) => hook.id))
         if (page.body.next_cursor === null) break
         page = await get(`/v1/hooks/search?q=the&cursor=${page.body.next_cursor}`)
       }
@@ -128,7 +157,7 @@ describe("embedded mode", () => {
       expect(ranked.status).toBe(200)
       const listed = await get("/v1/hooks/list?category=travel")
       expect(listed.body.data.length).toBeGreaterThan(0)
-      const one = await get(`/v1/hooks/${listed.body.data[0].id}`)
+      const one = await get<unknown>(`/v1/hooks/${listed.body.data[0].id}`)
       expect(one.body).toEqual(demoHook(Array.from({ length: 300 }, (_, i) => demoHook(i)).findIndex((hook) => hook.id === listed.body.data[0].id)))
     } finally {
       child.kill("SIGTERM")

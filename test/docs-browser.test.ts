@@ -2,21 +2,17 @@
  * The /docs page in a real, headless Chromium: the reference lists every route of the
  * contract, and its "Try it out" form, authorized with a key, calls GET /v1/wallet.
  *
- * Needs Debian's chromium at /usr/bin/chromium (`.ci/run` installs it); skipped with a message
- * where it is absent.
+ * Needs Debian's chromium at /usr/bin/chromium or CHROMIUM_PATH (`.ci/run` installs it); where
+ * it is absent the test fails with a message saying so, rather than passing unseen.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { type OpenApiDocument, startTestServer, type TestServer, type WalletBody } from "./support/server.js"
 
 const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
-const haveChromium = existsSync(chromiumPath)
-if (!haveChromium) {
-  console.warn(`docs-browser.test.ts: skipped, no Chromium at ${chromiumPath} (apt-get install chromium, or set CHROMIUM_PATH).`)
-}
 
 /** Every route of the contract (spec 4.1) plus the upload PUT. */
 const contractRoutes = [
@@ -36,7 +32,7 @@ const contractRoutes = [
   "PUT /uploads/{token}"
 ]
 
-describe.skipIf(!haveChromium)("/docs in a browser", () => {
+describe("/docs in a browser", () => {
   let server: TestServer
   let profile: string
   let context: BrowserContext
@@ -44,6 +40,9 @@ describe.skipIf(!haveChromium)("/docs in a browser", () => {
   let account: { accountId: string; key: string }
 
   beforeAll(async () => {
+    if (!existsSync(chromiumPath)) {
+      throw new Error(`No Chromium at ${chromiumPath}: apt-get install chromium, or set CHROMIUM_PATH.`)
+    }
     server = await startTestServer()
     account = await server.account({ plan: "pro", monthly_balance: 250, topup_balance: 40 })
     profile = mkdtempSync(join(tmpdir(), "hookline-chromium-"))
@@ -84,7 +83,7 @@ describe.skipIf(!haveChromium)("/docs in a browser", () => {
     )
     for (const route of contractRoutes) expect(listed).toContain(route)
 
-    const spec = (await (await fetch(`${server.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> }
+    const spec = (await (await fetch(`${server.url}/openapi.json`)).json()) as OpenApiDocument
     const documented = Object.entries(spec.paths).flatMap(([path, operations]) =>
       Object.keys(operations).map((method) => `${method.toUpperCase()} ${path}`)
     )
@@ -110,7 +109,7 @@ describe.skipIf(!haveChromium)("/docs in a browser", () => {
 
     expect(response.status()).toBe(200)
     expect(response.request().headers()["authorization"]).toBe(`Bearer ${account.key}`)
-    const wallet = await response.json()
+    const wallet: WalletBody = await response.json()
     expect(wallet).toMatchObject({ object: "wallet", monthly_balance: 250, topup_balance: 40 })
 
     // What the reader sees: the live response's status and body on the page.

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, type OpenApiDocument, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 let key: string
@@ -10,12 +10,13 @@ beforeAll(async () => {
 })
 afterAll(() => server.close())
 
-const expectEnvelope = (response: { status: number; headers: Headers; body: any }, status: number, type: string) => {
+const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
   expect(response.status).toBe(status)
-  expect(response.body.error.type).toBe(type)
-  expect(typeof response.body.error.message).toBe("string")
-  expect(response.body.error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
-  expect(response.headers.get("x-request-id")).toBe(response.body.error.request_id)
+  const { error } = response.body as ErrorBody
+  expect(error.type).toBe(type)
+  expect(typeof error.message).toBe("string")
+  expect(error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
+  expect(response.headers.get("x-request-id")).toBe(error.request_id)
 }
 
 /** Every route of the contract, with a request that reaches it. */
@@ -47,12 +48,12 @@ describe("the contract's routes", () => {
   })
 
   test("/openapi.json lists every route with its error responses", async () => {
-    const response = await server.request<any>("/openapi.json")
+    const response = await server.request<OpenApiDocument>("/openapi.json")
     expect(response.status).toBe(200)
     const spec = response.body
     expect(spec.info.version).toBe("1.0.0")
     expect(spec.components.securitySchemes.bearer).toEqual({ type: "http", scheme: "bearer" })
-    const documented = Object.entries(spec.paths as Record<string, Record<string, any>>).flatMap(([path, ops]) =>
+    const documented = Object.entries(spec.paths).flatMap(([path, ops]) =>
       Object.keys(ops).map((method) => `${method.toUpperCase()} ${path}`)
     )
     for (const [method, path] of routes) {

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, Either, Option } from "effect"
 import { type Operation, Ledger } from "../src/Ledger/Ledger.js"
 import { servicesRuntime } from "./support/runtime.js"
-import { ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, type HookPage, ledgerState, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 let runtime: ReturnType<typeof servicesRuntime>
@@ -208,10 +208,10 @@ describe("the credit history", () => {
     const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
     const before = await ledgerState(server.db, accountId)
 
-    const full = await server.request<any>(`/v1/hooks/search?q=${word}`, { key })
-    const partial = await server.request<any>(`/v1/hooks/search?q=${word}&cursor=${encodeURIComponent(full.body.next_cursor)}`, { key })
-    const empty = await server.request<any>("/v1/hooks/search?q=zzyzxnothingmatches", { key })
-    const get = await server.request<any>(`/v1/hooks/${full.body.data[0].id}`, { key })
+    const full = await server.request<HookPage>(`/v1/hooks/search?q=${word}`, { key })
+    const partial = await server.request<HookPage>(`/v1/hooks/search?q=${word}&cursor=${encodeURIComponent(full.body.next_cursor ?? "")}`, { key })
+    const empty = await server.request<HookPage>("/v1/hooks/search?q=zzyzxnothingmatches", { key })
+    const get = await server.request(`/v1/hooks/${full.body.data[0].id}`, { key })
     expect([full.status, partial.status, empty.status, get.status]).toEqual([200, 200, 200, 200])
     expect([full.body.data.length, partial.body.data.length, empty.body.data.length]).toEqual([50, 10, 0])
     const requests = [full, partial, empty, get]
@@ -322,9 +322,9 @@ describe("the credit history", () => {
     const cursor = encodeURIComponent(first.next_cursor ?? "")
     expect((await history(key, `?limit=2&type=charge&cursor=${cursor}`)).status).toBe(200)
 
-    const expectInvalid = (response: { status: number; body: any }) => {
+    const expectInvalid = (response: { status: number; body: unknown }) => {
       expect(response.status).toBe(400)
-      expect(response.body.error.type).toBe("invalid_cursor")
+      expect((response.body as ErrorBody).error.type).toBe("invalid_cursor")
     }
     expectInvalid(await history(key, `?limit=1&cursor=${cursor}`))
     expectInvalid(await history(key, `?limit=1&type=grant&cursor=${cursor}`))
@@ -350,8 +350,9 @@ describe("the credit history", () => {
     const { key } = await server.account({ plan: "pro" })
     const response = await history(key, `?${query}`)
     expect(response.status).toBe(422)
-    expect((response.body as any).error.type).toBe("validation_error")
-    expect((response.body as any).error.message).toContain(naming)
+    const body: unknown = response.body
+    expect((body as ErrorBody).error.type).toBe("validation_error")
+    expect((body as ErrorBody).error.message).toContain(naming)
   })
 
   test("another account's history is never visible", async () => {

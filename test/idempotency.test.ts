@@ -1,6 +1,18 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { randomBytes } from "node:crypto"
-import { createDatabase, dropDatabase, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
+import {
+  createDatabase,
+  dropDatabase,
+  type ErrorBody,
+  ledgerState,
+  type OpenApiDocument,
+  type PredictionBody,
+  type Response,
+  startTestServer,
+  type TestServer,
+  type UploadLink,
+  type WalletBody
+} from "./support/server.js"
 
 let server: TestServer
 /** A webhook receiver on loopback, counting what it is sent. */
@@ -45,10 +57,11 @@ const grantRows = async (accountId: string) =>
 const storedKeys = async (key: string) =>
   Number((await server.db.query<{ n: string }>("SELECT count(*) AS n FROM idempotency_keys WHERE key = $1", [key])).rows[0].n)
 
-const expectValidationError = (response: Response<any>, naming: string) => {
+const expectValidationError = (response: Response, naming: string) => {
   expect(response.status).toBe(422)
-  expect(response.body.error.type).toBe("validation_error")
-  expect(response.body.error.message).toContain(naming)
+  const { error } = response.body as ErrorBody
+  expect(error.type).toBe("validation_error")
+  expect(error.message).toContain(naming)
 }
 
 describe("Idempotency-Key on a grant", () => {
@@ -282,14 +295,19 @@ describe("Idempotency-Key on the other admin POSTs", () => {
 })
 
 describe("Idempotency-Key on /v1", () => {
-  const post = (path: string, key: string, idempotencyKey: string, body?: unknown) =>
-    server.request<any>(path, { method: "POST", key, body, headers: { "idempotency-key": idempotencyKey } })
+  /** The webhook secret, shown by PUT /v1/webhooks and POST /v1/webhooks/rotate. */
+  interface WebhookSecret {
+    readonly secret: string
+  }
+
+  const post = <T>(path: string, key: string, idempotencyKey: string, body?: unknown) =>
+    server.request<T>(path, { method: "POST", key, body, headers: { "idempotency-key": idempotencyKey } })
 
   test("a retried POST /v1/predict/upload gives the same link and creates one prediction", async () => {
     const owner = await server.account({ plan: "pro" })
     const key = newKey()
-    const answers = await Promise.all(Array.from({ length: 5 }, () => post("/v1/predict/upload", owner.key, key)))
-    answers.push(await post("/v1/predict/upload", owner.key, key))
+    const answers = await Promise.all(Array.from({ length: 5 }, () => post<UploadLink>("/v1/predict/upload", owner.key, key)))
+    answers.push(await post<UploadLink>("/v1/predict/upload", owner.key, key))
     for (const answer of answers) {
       expect(answer.status).toBe(200)
       expect(answer.body).toEqual(answers[0].body)
@@ -300,10 +318,10 @@ describe("Idempotency-Key on /v1", () => {
     expect(rows).toEqual([{ id: answers[0].body.prediction_id }])
 
     // Another key is another link; the same key from another account is that account's own.
-    const fresh = await post("/v1/predict/upload", owner.key, newKey())
+    const fresh = await post<UploadLink>("/v1/predict/upload", owner.key, newKey())
     expect(fresh.body.upload_id).not.toBe(answers[0].body.upload_id)
     const stranger = await server.account({ plan: "pro" })
-    const theirs = await post("/v1/predict/upload", stranger.key, key)
+    const theirs = await post<UploadLink>("/v1/predict/upload", stranger.key, key)
     expect(theirs.status).toBe(200)
     expect(theirs.headers.get("idempotent-replayed")).toBeNull()
     expect(theirs.body.upload_id).not.toBe(answers[0].body.upload_id)
@@ -311,18 +329,18 @@ describe("Idempotency-Key on /v1", () => {
 
   test("a retried retry start reserves once and replays its X-Credits-* headers", async () => {
     const poor = await server.account({ plan: "pro", monthly_balance: 0, topup_balance: 0 })
-    const link = (await server.request<any>("/v1/predict/upload", { method: "POST", key: poor.key })).body
+    const link = (await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key: poor.key })).body
     // An MP4 by its first bytes: the file lands, the reserve is short, the job waits.
     const mp4 = new Uint8Array([0, 0, 0, 24, ...Buffer.from("ftypisom"), 0, 0, 2, 0, ...Buffer.from("isommp41"), ...randomBytes(64)])
     const put = await fetch(server.url + new URL(link.upload_url).pathname, { method: "PUT", body: mp4 })
     expect(put.status).toBe(200)
     const key = newKey()
-    const short = await post("/v1/predict", poor.key, key, { upload_id: link.upload_id })
+    const short = await post<PredictionBody>("/v1/predict", poor.key, key, { upload_id: link.upload_id })
     expect(short.status).toBe(402)
     // An error answer is not kept: after the top-up the same key runs the retry.
     await server.admin(`/admin/accounts/${poor.accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 25 } })
-    const first = await post("/v1/predict", poor.key, key, { upload_id: link.upload_id })
-    const again = await post("/v1/predict", poor.key, key, { upload_id: link.upload_id })
+    const first = await post<PredictionBody>("/v1/predict", poor.key, key, { upload_id: link.upload_id })
+    const again = await post<PredictionBody>("/v1/predict", poor.key, key, { upload_id: link.upload_id })
     expect(first.status).toBe(200)
     expect(first.headers.get("x-credits-charged")).toBe("20")
     expect(first.headers.get("x-credits-remaining")).toBe("5")
@@ -335,13 +353,13 @@ describe("Idempotency-Key on /v1", () => {
     const holds = await server.db.query("SELECT id FROM holds WHERE account_id = $1 AND operation = 'prediction'", [poor.accountId])
     expect(holds.rows).toHaveLength(1)
     // Without a key, a repeat is the contract's own answer: the job is past awaiting_upload, nothing charged.
-    const plain = await server.request<any>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
+    const plain = await server.request<PredictionBody>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
     expect(plain.headers.get("x-credits-charged")).toBe("0")
   })
 
   test("a retried rotate rotates once and shows the same new secret", async () => {
     const account = await server.account({ plan: "pro" })
-    const configured = await server.request<any>("/v1/webhooks", {
+    const configured = await server.request<WebhookSecret>("/v1/webhooks", {
       method: "PUT",
       key: account.key,
       body: { url: `http://127.0.0.1:${receiver.port}/hooks` }
@@ -351,12 +369,12 @@ describe("Idempotency-Key on /v1", () => {
       (await server.db.query("SELECT secret_ciphertext, previous_secret_ciphertext FROM webhooks WHERE account_id = $1", [account.accountId]))
         .rows[0]
     const key = newKey()
-    const first = await post("/v1/webhooks/rotate", account.key, key)
+    const first = await post<WebhookSecret>("/v1/webhooks/rotate", account.key, key)
     expect(first.status).toBe(200)
     expect(first.body.secret).toMatch(/^whsec_/)
     expect(first.body.secret).not.toBe(configured.body.secret)
     const afterFirst = await stored()
-    const again = await post("/v1/webhooks/rotate", account.key, key)
+    const again = await post<WebhookSecret>("/v1/webhooks/rotate", account.key, key)
     expect(again.body).toEqual(first.body)
     expect(again.headers.get("idempotent-replayed")).toBe("true")
     expect(await stored()).toEqual(afterFirst)
@@ -364,7 +382,7 @@ describe("Idempotency-Key on /v1", () => {
     const answer = await server.db.query<{ response_body: string }>("SELECT response_body FROM idempotency_keys WHERE key = $1", [key])
     expect(answer.rows[0].response_body).not.toContain(first.body.secret)
 
-    const next = await post("/v1/webhooks/rotate", account.key, newKey())
+    const next = await post<WebhookSecret>("/v1/webhooks/rotate", account.key, newKey())
     expect(next.body.secret).not.toBe(first.body.secret)
   })
 
@@ -373,10 +391,10 @@ describe("Idempotency-Key on /v1", () => {
     await server.request("/v1/webhooks", { method: "PUT", key: account.key, body: { url: `http://127.0.0.1:${receiver.port}/hooks` } })
     const before = delivered
     const key = newKey()
-    const first = await post("/v1/webhooks/test", account.key, key)
+    const first = await post<{ readonly delivered: boolean }>("/v1/webhooks/test", account.key, key)
     expect(first.status).toBe(200)
     expect(first.body.delivered).toBe(true)
-    const again = await post("/v1/webhooks/test", account.key, key)
+    const again = await post<{ readonly delivered: boolean }>("/v1/webhooks/test", account.key, key)
     expect(again.body).toEqual(first.body)
     expect(again.headers.get("idempotent-replayed")).toBe("true")
     expect(delivered - before).toBe(1)
@@ -399,7 +417,7 @@ describe("Idempotency-Key on /v1", () => {
       hangUp.abort()
       expect(await abandoned).toBeInstanceOf(Error)
       // The retry waits for the run the client left, then replays it.
-      const retry = await post("/v1/webhooks/test", account.key, key)
+      const retry = await post<{ readonly delivered: boolean }>("/v1/webhooks/test", account.key, key)
       expect(retry.status).toBe(200)
       expect(retry.headers.get("idempotent-replayed")).toBe("true")
       expect(retry.body.delivered).toBe(true)
@@ -422,7 +440,7 @@ describe("keys in Postgres", () => {
     const send = (target: TestServer, path: string, body: unknown) =>
       target.request(path, { method: "POST", key: env.ADMIN_TOKEN, body, headers: { "idempotency-key": key } })
     let accountId = ""
-    let first: Response<any> | undefined
+    let first: Response<WalletBody> | undefined
     const before = await startTestServer(env, { databaseUrl })
     try {
       accountId = (await before.request<{ id: string }>("/admin/accounts", {
@@ -516,7 +534,7 @@ describe("grant references", () => {
 
 describe("the contract", () => {
   test("/openapi.json documents Idempotency-Key on the POST endpoints, reference, and the credit history", async () => {
-    const spec = (await server.request<any>("/openapi.json")).body
+    const spec = (await server.request<OpenApiDocument>("/openapi.json")).body
     for (
       const path of [
         "/admin/accounts",
@@ -529,14 +547,14 @@ describe("the contract", () => {
       ]
     ) {
       const operation = spec.paths[path].post
-      const header = operation.parameters.find((parameter: any) => parameter.name === "Idempotency-Key")
+      const header = operation.parameters?.find((parameter) => parameter.name === "Idempotency-Key")
       expect(header).toMatchObject({ in: "header", required: false, schema: { minLength: 1, maxLength: 255 } })
-      expect(operation.responses["200"].headers["Idempotent-Replayed"]).toBeDefined()
+      expect(operation.responses["200"].headers?.["Idempotent-Replayed"]).toBeDefined()
     }
-    expect(spec.components.schemas.GrantCredits.properties.reference).toBeDefined()
+    expect(spec.components.schemas.GrantCredits.properties?.reference).toBeDefined()
     for (const path of ["/v1/wallet/transactions", "/admin/accounts/{id}/transactions"]) {
       const operation = spec.paths[path].get
-      const names = operation.parameters.map((parameter: any) => parameter.name)
+      const names = operation.parameters?.map((parameter) => parameter.name)
       expect(names).toEqual(expect.arrayContaining(["limit", "cursor", "type", "created[gte]", "created[lte]"]))
       expect(operation.responses["200"]).toBeDefined()
       expect(operation.responses["400"]).toBeDefined()

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { smallClip } from "./support/process.js"
 import { eventually, startReceiver } from "./support/receiver.js"
-import { ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, ledgerState, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 const receiver = startReceiver()
@@ -19,10 +19,11 @@ let finished: { predictionId: string; uploadId: string }
 let waiting: { predictionId: string; uploadId: string; uploadUrl: string }
 let ownerHistoryCursor: string
 
-const expectEnvelope = (response: { status: number; headers: Headers; body: any }, status: number, type: string) => {
+const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
   expect(response.status).toBe(status)
-  expect(response.body.error.type).toBe(type)
-  expect(response.body.error.request_id).toBe(response.headers.get("x-request-id")!)
+  const { error } = response.body as ErrorBody
+  expect(error.type).toBe(type)
+  expect(error.request_id).toBe(response.headers.get("x-request-id")!)
 }
 
 /** Everything of the owner an intruder could try to read or change. */

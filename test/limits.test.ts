@@ -4,7 +4,7 @@
  * RateLimit headers on every /v1 answer after authentication, a 429 never charging.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, ledgerState, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 beforeAll(async () => {
@@ -12,11 +12,12 @@ beforeAll(async () => {
 })
 afterAll(() => server.close())
 
-const expectEnvelope = (response: { status: number; headers: Headers; body: any }, status: number, type: string) => {
+const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
   expect(response.status).toBe(status)
-  expect(response.body.error.type).toBe(type)
-  expect(typeof response.body.error.message).toBe("string")
-  expect(response.body.error.request_id).toBe(response.headers.get("x-request-id")!)
+  const { error } = response.body as ErrorBody
+  expect(error.type).toBe(type)
+  expect(typeof error.message).toBe("string")
+  expect(error.request_id).toBe(response.headers.get("x-request-id")!)
 }
 
 const journalRows = async (accountId: string) =>

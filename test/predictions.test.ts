@@ -16,7 +16,17 @@ import { type ClipScore, ClipScorer, ScoreFailure, type ScoreFailureType } from 
 import { sniffMediaKind } from "../src/Predictions/Uploads.js"
 import { type Clip, type ClipSet, makeClips } from "./support/clips.js"
 import { type FakeS3, startFakeS3 } from "./support/s3.js"
-import { createDatabase, dropDatabase, ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import {
+  createDatabase,
+  dropDatabase,
+  type ErrorBody,
+  ledgerState,
+  type PredictionBody,
+  startTestServer,
+  type TestServer,
+  type UploadLink,
+  type WebhookEvent
+} from "./support/server.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -32,13 +42,6 @@ const waitFor = async <T>(what: string, probe: () => Promise<T | undefined>, dea
   }
 }
 
-interface UploadLink {
-  readonly upload_id: string
-  readonly prediction_id: string
-  readonly upload_url: string
-  readonly expires_at: string
-}
-
 /** Test servers announce PUBLIC_BASE_URL in their links; the tests reach them on their real address. */
 const publicBase = "https://api.hookline.example"
 
@@ -52,7 +55,7 @@ const createLink = async (server: TestServer, key: string): Promise<UploadLink> 
 interface PutResponse {
   readonly status: number
   readonly headers: Headers
-  readonly body: any
+  readonly body: unknown
 }
 
 const put = async (url: string, body: BodyInit, headers: Record<string, string> = {}): Promise<PutResponse> => {
@@ -68,15 +71,16 @@ const expectReceived = (response: PutResponse, link: UploadLink) => {
   expect(response.body).toEqual({ object: "upload", upload_id: link.upload_id, status: "received" })
 }
 
-const expectEnvelope = (response: { status: number; headers: Headers; body: any }, status: number, type: string) => {
+const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
   expect(response.status).toBe(status)
-  expect(response.body.error.type).toBe(type)
-  expect(typeof response.body.error.message).toBe("string")
-  expect(response.body.error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
-  expect(response.headers.get("x-request-id")).toBe(response.body.error.request_id)
+  const { error } = response.body as ErrorBody
+  expect(error.type).toBe(type)
+  expect(typeof error.message).toBe("string")
+  expect(error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
+  expect(response.headers.get("x-request-id")).toBe(error.request_id)
 }
 
-const getPrediction = (server: TestServer, key: string, id: string) => server.request<any>(`/v1/predict/${id}`, { key })
+const getPrediction = (server: TestServer, key: string, id: string) => server.request<PredictionBody>(`/v1/predict/${id}`, { key })
 
 const waitForStatus = (server: TestServer, key: string, id: string, status: string) =>
   waitFor(`${id} to be ${status}`, async () => {
@@ -106,7 +110,7 @@ const expectWallet = async (db: Pg.Pool, accountId: string, expected: { monthly:
 }
 
 const eventsOf = async (db: Pg.Pool, accountId: string) =>
-  (await db.query<{ event_type: string; payload: any }>(
+  (await db.query<{ event_type: string; payload: WebhookEvent }>(
     "SELECT event_type, payload FROM webhook_deliveries WHERE account_id = $1 ORDER BY created_at",
     [accountId]
   )).rows
@@ -484,7 +488,7 @@ describe("predictions through the API", () => {
       body: { bucket: "topup", amount: 30 }
     })
     expect(granted.status).toBe(200)
-    const retried = await server.request<any>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
+    const retried = await server.request<PredictionBody>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
     expect(retried.status).toBe(200)
     expect(retried.headers.get("x-credits-charged")).toBe("20")
     expect(retried.headers.get("x-credits-remaining")).toBe("20")
@@ -498,7 +502,7 @@ describe("predictions through the API", () => {
 
     // Again while it runs: returned unchanged, 0 charged.
     const call = await scorer.call(link.upload_id)
-    const again = await server.request<any>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
+    const again = await server.request<PredictionBody>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
     expect(again.status).toBe(200)
     expect(again.headers.get("x-credits-charged")).toBe("0")
     expect(again.headers.get("x-credits-remaining")).toBe("20")
@@ -509,7 +513,7 @@ describe("predictions through the API", () => {
     const done = await waitForStatus(server, poor.key, link.prediction_id, "succeeded")
     await expectWallet(server.db, poor.accountId, { monthly: 0, topup: 20, pendingHolds: 0 })
     // And after it finished: unchanged, 0 charged.
-    const after = await server.request<any>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
+    const after = await server.request<PredictionBody>("/v1/predict", { method: "POST", key: poor.key, body: { upload_id: link.upload_id } })
     expect(after.status).toBe(200)
     expect(after.headers.get("x-credits-charged")).toBe("0")
     expect(after.body).toEqual(done)
@@ -702,10 +706,10 @@ describe("end to end with the real scorer", () => {
     const link = await createLink(server, owner.key)
     expectReceived(await putClip(link.upload_url, clips.cutMp4), link)
     const done = await waitForStatus(server, owner.key, link.prediction_id, "succeeded")
-    expect(Math.abs(done.result.hook_duration_sec - 1.6)).toBeLessThanOrEqual(1 / 25)
-    expect(["low", "medium", "high"]).toContain(done.result.band)
-    expect(done.result.category).toBeNull()
-    expect(done.input.duration_sec).toBeCloseTo(3, 1)
+    expect(Math.abs(done.result!.hook_duration_sec! - 1.6)).toBeLessThanOrEqual(1 / 25)
+    expect(["low", "medium", "high"]).toContain(done.result!.band)
+    expect(done.result!.category).toBeNull()
+    expect(done.input!.duration_sec).toBeCloseTo(3, 1)
     await expectWallet(server.db, owner.accountId, { monthly: 980, topup: 0, pendingHolds: 0 })
     await waitFor("the file to be deleted", async () => existsSync(blobPath(server, link.upload_id)) ? undefined : true)
   })
@@ -716,11 +720,11 @@ describe("end to end with the real scorer", () => {
     expectReceived(await putClip(truncated.upload_url, clips.truncated), truncated)
     expectReceived(await putClip(long.upload_url, clips.long), long)
     const unsupported = await waitForStatus(server, owner.key, truncated.prediction_id, "failed")
-    expect(unsupported.error.type).toBe("unsupported_media")
+    expect(unsupported.error!.type).toBe("unsupported_media")
     expect(unsupported.input).toEqual({ duration_sec: null })
     const tooLong = await waitForStatus(server, owner.key, long.prediction_id, "failed")
-    expect(tooLong.error.type).toBe("clip_too_long")
-    expect(tooLong.input.duration_sec).toBeCloseTo(190, 0)
+    expect(tooLong.error!.type).toBe("clip_too_long")
+    expect(tooLong.input!.duration_sec).toBeCloseTo(190, 0)
     await expectWallet(server.db, owner.accountId, { monthly: 980, topup: 0, pendingHolds: 0 })
     for (const link of [truncated, long]) {
       expect(await journalOf(server.db, link.prediction_id)).toEqual([
@@ -749,7 +753,7 @@ describe("the sweeper", () => {
     const queued = await getPrediction(server, owner.key, link.prediction_id)
     expect(queued.body.status).toBe("queued")
     await expectWallet(server.db, owner.accountId, { monthly: 980, topup: 0, pendingHolds: 1 })
-    const retried = await server.request<any>("/v1/predict", { method: "POST", key: owner.key, body: { upload_id: link.upload_id } })
+    const retried = await server.request<PredictionBody>("/v1/predict", { method: "POST", key: owner.key, body: { upload_id: link.upload_id } })
     expect(retried.status).toBe(200)
     expect(retried.headers.get("x-credits-charged")).toBe("0")
     expect(retried.headers.get("x-credits-remaining")).toBe("980")
@@ -767,9 +771,9 @@ describe("the sweeper", () => {
       { entry_type: "release", bucket: "monthly", amount: 20 }
     ])
     const events = (await eventsOf(server.db, owner.accountId)).filter((e) => e.payload.data.id === link.prediction_id)
-    expect(events.map((e) => [e.event_type, e.payload.data.error.type])).toEqual([["prediction.failed", "expired"]])
+    expect(events.map((e) => [e.event_type, e.payload.data.error!.type])).toEqual([["prediction.failed", "expired"]])
     await waitFor("the file to be deleted", async () => existsSync(blobPath(server, link.upload_id)) ? undefined : true)
-    const after = await server.request<any>("/v1/predict", { method: "POST", key: owner.key, body: { upload_id: link.upload_id } })
+    const after = await server.request<PredictionBody>("/v1/predict", { method: "POST", key: owner.key, body: { upload_id: link.upload_id } })
     expect(after.headers.get("x-credits-charged")).toBe("0")
     expect(after.body).toEqual(failed)
   })
@@ -800,7 +804,7 @@ describe("the sweeper", () => {
     await waitFor("the live link to be released", async () =>
       (await uploadRow(server.db, live.upload_id)).status === "pending" ? true : undefined)
     const failed = await waitForStatus(server, owner.key, late.prediction_id, "failed")
-    expect(failed.error.type).toBe("upload_expired")
+    expect(failed.error!.type).toBe("upload_expired")
     expect((await uploadRow(server.db, late.upload_id)).status).toBe("expired")
     // The released link takes its file.
     expectReceived(await putClip(live.upload_url, clips.cutMp4), live)
@@ -981,7 +985,7 @@ describe("clips in S3-compatible object storage", () => {
       const response = await fetch(link.upload_url, { method: "PUT", body: readFileSync(clips.cutMp4.path) })
       expect(response.status).toBe(200)
       const done = await waitForStatus(server, owner.key, link.prediction_id, "succeeded")
-      expect(Math.abs(done.result.hook_duration_sec - 1.6)).toBeLessThanOrEqual(1 / 25)
+      expect(Math.abs(done.result!.hook_duration_sec! - 1.6)).toBeLessThanOrEqual(1 / 25)
       expect(await uploadRow(server.db, link.upload_id)).toMatchObject({ status: "received", media_kind: "mp4" })
       await expectWallet(server.db, owner.accountId, { monthly: 980, topup: 0, pendingHolds: 0 })
       await waitFor("the object to be deleted", async () => s3.objects.has(`uploads/${link.upload_id}`) ? undefined : true)
@@ -1000,7 +1004,7 @@ describe("clips in S3-compatible object storage", () => {
       const link = await createLink(server, owner.key)
       await server.db.query("UPDATE uploads SET expires_at = now() - interval '1 second' WHERE id = $1", [link.upload_id])
       const failed = await waitForStatus(server, owner.key, link.prediction_id, "failed")
-      expect(failed.error.type).toBe("upload_expired")
+      expect(failed.error!.type).toBe("upload_expired")
       expect(await journalOf(server.db, link.prediction_id)).toEqual([])
     })
   })
@@ -1027,7 +1031,7 @@ describe("clips in S3-compatible object storage", () => {
       expectReceived(await putClip(link.upload_url, clips.cutMov), link)
       expect(s3.objects.get(`uploads/${link.upload_id}`)?.length).toBe(readFileSync(clips.cutMov.path).length)
       const done = await waitForStatus(server, owner.key, link.prediction_id, "succeeded")
-      expect(Math.abs(done.result.hook_duration_sec - 2.4)).toBeLessThanOrEqual(1 / 30)
+      expect(Math.abs(done.result!.hook_duration_sec! - 2.4)).toBeLessThanOrEqual(1 / 30)
       await waitFor("the object to be deleted", async () => s3.objects.has(`uploads/${link.upload_id}`) ? undefined : true)
     })
   })

@@ -19,7 +19,7 @@ import { type EventType, Webhooks } from "../src/Webhooks/Webhooks.js"
 import { ffmpegPath } from "./support/clips.js"
 import { closedPortUrl, eventually, type ReceivedRequest, type Receiver, startReceiver } from "./support/receiver.js"
 import { servicesRuntime } from "./support/runtime.js"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, startTestServer, type TestServer, type WebhookEvent } from "./support/server.js"
 
 /** Every server of this file shares one key, so servers on one database read each other's secrets. */
 const webhookSecretKey = randomBytes(32).toString("base64url")
@@ -36,10 +36,11 @@ const env: Record<string, string> = {
   PUBLIC_BASE_URL: "https://api.hookline.example"
 }
 
-const expectError = (response: { status: number; body: any }, status: number, type: string) => {
+const expectError = (response: { status: number; body: unknown }, status: number, type: string) => {
   expect(response.status).toBe(status)
-  expect(response.body.error.type).toBe(type)
-  expect(response.body.error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
+  const { error } = response.body as ErrorBody
+  expect(error.type).toBe(type)
+  expect(error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
 }
 
 const prediction = (status: "succeeded" | "failed" = "succeeded"): Prediction => ({
@@ -324,14 +325,14 @@ describe("test send", () => {
     expect(request.method).toBe("POST")
     expect(request.path).toBe("/hooks")
     expect(request.headers["content-type"]).toBe("application/json")
-    const event = verify(secret, request) as any
+    const event = verify(secret, request) as WebhookEvent
     expect(event).toMatchObject({ object: "event", type: "prediction.succeeded" })
     expect(event.id).toMatch(/^evt_[0-9a-f]{32}$/)
     expect(request.headers["webhook-id"]).toBe(event.id)
     expect(Math.abs(Number(request.headers["webhook-timestamp"]) - Date.now() / 1000)).toBeLessThan(60)
     expect(event.data).toMatchObject({ object: "prediction", status: "succeeded", error: null })
     expect(event.data.id).toMatch(/^pred_[0-9a-f]{32}$/)
-    expect(event.data.result.band).toMatch(/^(low|medium|high)$/)
+    expect(event.data.result!.band).toMatch(/^(low|medium|high)$/)
     expect(new Date(event.created_at).toISOString()).toBe(event.created_at)
     expect(verifies(secret, request, request.body.replace("succeeded", "failed"))).toBe(false)
     // Nothing goes to the outbox.
@@ -420,7 +421,7 @@ describe("delivery from the outbox", () => {
     expect(uploaded.status).toBe(200)
 
     await eventually("the prediction's webhook", () => target.requests.length === 1, 30_000)
-    const event = verify(secret, target.requests[0]) as any
+    const event = verify(secret, target.requests[0]) as WebhookEvent
     const prediction = await server.request(`/v1/predict/${link.body.prediction_id}`, { key })
     expect(prediction.body.status).toBe("succeeded")
     expect(event).toEqual({

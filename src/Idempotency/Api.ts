@@ -3,6 +3,7 @@
  * `.annotate(OpenApi.Transform, acceptsIdempotencyKey)`. The header is read and checked by
  * `idempotent(...)` (Idempotent.ts), after authentication and payload validation.
  */
+import { Predicate } from "effect"
 
 /** 1 to 255 printable ASCII characters (space to tilde). */
 export const idempotencyKeyPattern = /^[\x20-\x7E]{1,255}$/
@@ -16,16 +17,14 @@ const description =
   "The same key with another method, path or body is 422 validation_error. Error answers are not kept (they " +
   "changed nothing), so a retry after one runs again. Keys are scoped to the account (to the admin token on /admin)."
 
-interface Operation {
-  parameters?: Array<Record<string, unknown>>
-  responses?: Record<string, { headers?: Record<string, unknown> }>
-}
-
-/** OpenApi.Transform for an endpoint: documents the request header and the replay header. */
-export const acceptsIdempotencyKey = (spec: Record<string, any>): Record<string, any> => {
-  const operation = spec as Operation
-  operation.parameters = [
-    ...(operation.parameters ?? []),
+/**
+ * OpenApi.Transform for an endpoint: documents the request header and the replay header. The
+ * operation object is mutated in place (its `parameters`, and the headers of its 200 response).
+ */
+export const acceptsIdempotencyKey = (spec: Record<string, unknown>): Record<string, unknown> => {
+  const parameters: ReadonlyArray<unknown> = Array.isArray(spec.parameters) ? spec.parameters : []
+  spec.parameters = [
+    ...parameters,
     {
       name: "Idempotency-Key",
       in: "header",
@@ -34,10 +33,10 @@ export const acceptsIdempotencyKey = (spec: Record<string, any>): Record<string,
       schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[\\x20-\\x7E]+$" }
     }
   ]
-  const ok = operation.responses?.["200"]
-  if (ok !== undefined) {
+  const ok = Predicate.isRecord(spec.responses) ? spec.responses["200"] : undefined
+  if (Predicate.isRecord(ok)) {
     ok.headers = {
-      ...ok.headers,
+      ...(Predicate.isRecord(ok.headers) ? ok.headers : {}),
       "Idempotent-Replayed": {
         description: "`true` when this answer is the stored answer to an earlier request with the same Idempotency-Key.",
         schema: { type: "string", enum: ["true"] }
