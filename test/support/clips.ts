@@ -1,13 +1,16 @@
 /**
  * Real video files for the scorer tests, made with ffmpeg when a test file starts: small
  * (320x240, a few seconds) so the suite stays fast, each with its cut at a known time.
- * ffmpeg is FFMPEG_PATH or the system's.
+ * ffmpeg is FFMPEG_PATH, else the system's, else the npm-installed one (as the scorer finds it).
  */
+import ffmpegInstaller from "@ffmpeg-installer/ffmpeg"
+import ffprobeInstaller from "@ffprobe-installer/ffprobe"
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 
-export const ffmpegPath = process.env.FFMPEG_PATH ?? Bun.which("ffmpeg") ?? "ffmpeg"
+export const ffmpegPath = process.env.FFMPEG_PATH ?? Bun.which("ffmpeg") ?? ffmpegInstaller.path
+export const ffprobePath = process.env.FFPROBE_PATH ?? Bun.which("ffprobe") ?? ffprobeInstaller.path
 
 export interface Clip {
   readonly path: string

@@ -10,6 +10,7 @@ import { randomBytes } from "node:crypto"
 import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { ffmpegPath, ffprobePath } from "./clips.js"
 import type { Response as TestResponse } from "./server.js"
 
 const root = join(import.meta.dir, "..", "..")
@@ -190,7 +191,7 @@ export interface GatedProbe {
 export const gatedProbe = (): GatedProbe => {
   const dir = mkdtempSync(join(tmpdir(), "hookline-probe-"))
   const gate = join(dir, "open")
-  const real = process.env.FFPROBE_PATH ?? Bun.which("ffprobe") ?? "ffprobe"
+  const real = ffprobePath
   const path = join(dir, "ffprobe")
   writeFileSync(path, `#!/bin/sh\nwhile [ ! -f '${gate}' ]; do sleep 0.05; done\nexec '${real}' "$@"\n`)
   chmodSync(path, 0o755)
@@ -205,7 +206,7 @@ export const gatedProbe = (): GatedProbe => {
 
 /** One small MP4 (1 s, 160x120, a cut at 0.5 s) made with ffmpeg; returns its bytes. */
 export const smallClip = async (): Promise<Uint8Array<ArrayBuffer>> => {
-  const ffmpeg = process.env.FFMPEG_PATH ?? Bun.which("ffmpeg") ?? "ffmpeg"
+  const ffmpeg = ffmpegPath
   const path = join(mkdtempSync(join(tmpdir(), "hookline-clip-")), "clip.mp4")
   const child = Bun.spawn([
     ffmpeg, "-hide_banner", "-v", "error", "-y",
