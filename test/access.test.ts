@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { type ErrorBody, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
+import { type AccountBody, type ErrorBody, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 
@@ -52,7 +52,7 @@ describe("accounts", () => {
   test("a suspended account gets 403 account_suspended on every route, within a second", async () => {
     const { accountId, key } = await server.account()
     expect((await server.request("/v1/wallet", { key })).status).toBe(200)
-    const patched = await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: true } })
+    const patched = await server.admin<AccountBody>(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: true } })
     expect(patched.body.suspended).toBe(true)
     await Bun.sleep(1_000)
     expectError(await server.request("/v1/wallet", { key }), 403, "account_suspended")
@@ -99,7 +99,7 @@ describe("accounts", () => {
       "INSERT INTO webhooks (account_id, url, secret_ciphertext) VALUES ($1, 'https://example.com/hook', 'x')",
       [accountId]
     )
-    const patched = await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { plan: "free" } })
+    const patched = await server.admin<AccountBody>(`/admin/accounts/${accountId}`, { method: "PATCH", body: { plan: "free" } })
     expect(patched.status).toBe(200)
     expect(patched.body).toMatchObject({ plan: "free", api_access: false, monthly_grant: 0 })
     expect(patched.body.wallet).toEqual({ object: "wallet", monthly_balance: 0, monthly_period_end: null, topup_balance: 25 })
@@ -134,7 +134,7 @@ describe("key scopes", () => {
     const { key } = await server.account({ scopes: others })
     const response = await server.request(path, { method, key })
     expectError(response, 403, "api_not_enabled")
-    expect(response.body.error.message).toContain(scope)
+    expect((response.body as ErrorBody).error.message).toContain(scope)
   })
 
   test("wallet and categories need only a valid key", async () => {

@@ -72,11 +72,11 @@ const insert = async (hooks: ReadonlyArray<HookRecord>) => {
   return hooks
 }
 
-const search = (q: string, cursor?: string, options: { key?: string } = {}) =>
-  server.request(`/v1/hooks/search?${new URLSearchParams(cursor === undefined ? { q } : { q, cursor })}`, { key: options.key ?? key })
+const search = <T = HookPage>(q: string, cursor?: string, options: { key?: string } = {}) =>
+  server.request<T>(`/v1/hooks/search?${new URLSearchParams(cursor === undefined ? { q } : { q, cursor })}`, { key: options.key ?? key })
 
-const list = (category: string, cursor?: string, options: { key?: string } = {}) =>
-  server.request(`/v1/hooks/list?${new URLSearchParams(cursor === undefined ? { category } : { category, cursor })}`, {
+const list = <T = HookPage>(category: string, cursor?: string, options: { key?: string } = {}) =>
+  server.request<T>(`/v1/hooks/list?${new URLSearchParams(cursor === undefined ? { category } : { category, cursor })}`, {
     key: options.key ?? key
   })
 
@@ -170,14 +170,14 @@ describe("validation happens before any charge", () => {
   test("a 200-character q and a 64-character slug are within the limits", async () => {
     expect((await search("b".repeat(200))).status).toBe(200)
     const slug = "c".repeat(64)
-    const response = await list(slug)
+    const response = await list<ErrorBody>(slug)
     expectError(response, 422, "validation_error")
     expect(response.body.error.message).toContain("unknown slug")
   })
 
   test("a blank q and an unknown slug say what is wrong", async () => {
-    expect((await search("   ")).body.error.message).toContain("q")
-    expect((await list("knitting")).body.error.message).toContain("knitting")
+    expect((await search<ErrorBody>("   ")).body.error.message).toContain("q")
+    expect((await list<ErrorBody>("knitting")).body.error.message).toContain("knitting")
   })
 })
 
@@ -432,8 +432,8 @@ describe("bad cursors", () => {
 
   beforeAll(async () => {
     await insert(Array.from({ length: 60 }, (_, i) => hook({ text: `Blimpwhistle ${i}`, published_at: day(i), category: "personal-finance" })))
-    searchCursor = (await search("blimpwhistle")).body.next_cursor
-    listCursor = (await list("personal-finance")).body.next_cursor
+    searchCursor = (await search("blimpwhistle")).body.next_cursor!
+    listCursor = (await list("personal-finance")).body.next_cursor!
     expect(typeof searchCursor).toBe("string")
     expect(typeof listCursor).toBe("string")
   })
@@ -474,7 +474,7 @@ describe("metering", () => {
 
   const charges = async (path: string, credits = 100) => {
     const account = await freshAccount(credits)
-    const response = await server.request(path, { key: account.key })
+    const response = await server.request<HookPage>(path, { key: account.key })
     const state = await ledgerState(server.db, account.accountId)
     return { response, state, account }
   }
@@ -707,7 +707,7 @@ describe("a search that runs too long", () => {
       await blocker.query("LOCK TABLE hook_search IN ACCESS EXCLUSIVE MODE")
       const response = await slow.request("/v1/hooks/search?q=anything", { key: account.key })
       expect(response.status).toBe(503)
-      expect(response.body.error.type).toBe("service_unavailable")
+      expect((response.body as ErrorBody).error.type).toBe("service_unavailable")
       expect(response.headers.get("x-credits-charged")).toBeNull()
       const waiting = await observer.query(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%hook_search_page%' AND state = 'active' AND pid <> pg_backend_pid()"

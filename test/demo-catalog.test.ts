@@ -69,11 +69,11 @@ describe("seeding a database", () => {
     expect(await counts()).toEqual({ hooks: 3_000, indexed: 3_000, categories: demoCategories.length })
 
     const { key } = await server.account({ plan: "enterprise", monthly_balance: 100 })
-    const search = await server.request("/v1/hooks/search?q=money", { key })
+    const search = await server.request<HookPage>("/v1/hooks/search?q=money", { key })
     expect(search.body.data).toHaveLength(50)
     expect(search.body.has_more).toBe(true)
-    const list = await server.request("/v1/hooks/list?category=fitness", { key })
-    expect(list.body.data.every((hook: { category: string }) => hook.category === "fitness")).toBe(true)
+    const list = await server.request<HookPage>("/v1/hooks/list?category=fitness", { key })
+    expect(list.body.data.every((hook) => hook.category === "fitness")).toBe(true)
   })
 })
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { type ErrorBody, type OpenApiDocument, startTestServer, type TestServer } from "./support/server.js"
+import { type AccountBody, type ApiKeyBody, type ErrorBody, type OpenApiDocument, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 let key: string
@@ -103,34 +103,34 @@ describe("the error envelope", () => {
       headers: { "content-type": "application/json" }
     })
     expectEnvelope(response, 422, "validation_error")
-    expect(response.body.error.message).toContain("JSON")
+    expect((response.body as ErrorBody).error.message).toContain("JSON")
   })
 
   test("a wrong type is a 422 naming the field", async () => {
     const response = await server.request("/v1/predict", { method: "POST", key, body: { upload_id: 5 } })
     expectEnvelope(response, 422, "validation_error")
-    expect(response.body.error.message).toContain("upload_id")
+    expect((response.body as ErrorBody).error.message).toContain("upload_id")
   })
 
   test("a missing property is a 422 naming it", async () => {
     const response = await server.request("/v1/predict", { method: "POST", key, body: {} })
     expectEnvelope(response, 422, "validation_error")
-    expect(response.body.error.message).toContain("upload_id")
+    expect((response.body as ErrorBody).error.message).toContain("upload_id")
   })
 
   test("an extra property is a 422 naming it", async () => {
     const response = await server.request("/v1/predict", { method: "POST", key, body: { upload_id: "upl_x", extra: 1 } })
     expectEnvelope(response, 422, "validation_error")
-    expect(response.body.error.message).toContain("extra")
+    expect((response.body as ErrorBody).error.message).toContain("extra")
   })
 
   test("a bad query parameter is a 422 naming it", async () => {
     const missing = await server.request("/v1/hooks/search", { key })
     expectEnvelope(missing, 422, "validation_error")
-    expect(missing.body.error.message).toContain("q")
+    expect((missing.body as ErrorBody).error.message).toContain("q")
     const extra = await server.request("/v1/hooks/search?q=a&page=2", { key })
     expectEnvelope(extra, 422, "validation_error")
-    expect(extra.body.error.message).toContain("page")
+    expect((extra.body as ErrorBody).error.message).toContain("page")
   })
 
   test("a JSON body over 64 KiB is a 413", async () => {
@@ -151,7 +151,7 @@ describe("the error envelope", () => {
 
 describe("the admin API", () => {
   test("creates an account and a key that then authenticates", async () => {
-    const created = await server.admin("/admin/accounts", {
+    const created = await server.admin<AccountBody>("/admin/accounts", {
       method: "POST",
       body: { name: "Acme", plan: "business", topup_balance: 50 }
     })
@@ -166,7 +166,7 @@ describe("the admin API", () => {
       wallet: { object: "wallet", monthly_balance: 10_000, topup_balance: 50 }
     })
     expect(created.body.id).toMatch(/^acct_[0-9a-f]{32}$/)
-    const key = await server.admin(`/admin/accounts/${created.body.id}/keys`, { method: "POST", body: {} })
+    const key = await server.admin<ApiKeyBody>(`/admin/accounts/${created.body.id}/keys`, { method: "POST", body: {} })
     expect(key.status).toBe(200)
     expect(key.body.api_key).toMatch(/^hkl_live_[A-Za-z0-9_-]{32}$/)
     expect(key.body.scopes).toEqual(["hooks:read", "predict:write", "webhooks:write"])
@@ -182,7 +182,7 @@ describe("the admin API", () => {
     expectEnvelope(wrong, 401, "invalid_api_key")
     const badPlan = await server.admin("/admin/accounts", { method: "POST", body: { plan: "gold" } })
     expectEnvelope(badPlan, 422, "validation_error")
-    expect(badPlan.body.error.message).toContain("plan")
+    expect((badPlan.body as ErrorBody).error.message).toContain("plan")
     const unknown = await server.admin("/admin/accounts/acct_nope")
     expectEnvelope(unknown, 404, "not_found")
   })

@@ -8,7 +8,16 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, Either, Option } from "effect"
 import { type Operation, Ledger } from "../src/Ledger/Ledger.js"
 import { servicesRuntime } from "./support/runtime.js"
-import { type ErrorBody, type HookPage, ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import {
+  type ErrorBody,
+  type HookPage,
+  ledgerState,
+  startTestServer,
+  type TestServer,
+  type TransactionBody,
+  type TransactionPage,
+  type WalletBody
+} from "./support/server.js"
 
 let server: TestServer
 let runtime: ReturnType<typeof servicesRuntime>
@@ -21,24 +30,6 @@ afterAll(async () => {
   await runtime.dispose()
   await server.close()
 })
-
-interface Item {
-  readonly object: "credit_transaction"
-  readonly id: string
-  readonly type: "grant" | "charge" | "refund" | "expiry"
-  readonly bucket: "monthly" | "topup"
-  readonly amount: number
-  readonly balance_after: { readonly monthly: number; readonly topup: number }
-  readonly created_at: string
-  readonly request_id: string | null
-  readonly reference: { readonly kind: string; readonly id: string | null }
-}
-interface Page {
-  readonly object: "list"
-  readonly data: ReadonlyArray<Item>
-  readonly has_more: boolean
-  readonly next_cursor: string | null
-}
 
 let requestCounter = 0
 const requestId = () => `req_history_${++requestCounter}`
@@ -75,18 +66,18 @@ const meteredRequest = async (
   return { requestId: id, charged: resolution.charged, remaining: resolution.balancesAfter }
 }
 
-const history = (key: string, query = "") => server.request<Page>(`/v1/wallet/transactions${query}`, { key })
+const history = (key: string, query = "") => server.request<TransactionPage>(`/v1/wallet/transactions${query}`, { key })
 
 /** Every page, following next_cursor. */
 const allPages = async (path: string, bearer: { key?: string }, limit: number) => {
-  const items: Array<Item> = []
+  const items: Array<TransactionBody> = []
   let cursor: string | null = null
   do {
     const separator = path.includes("?") ? "&" : "?"
     const url: string = `${path}${separator}limit=${limit}${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`
-    const page: Awaited<ReturnType<typeof server.request<Page>>> = bearer.key === undefined
-      ? await server.admin<Page>(url)
-      : await server.request<Page>(url, { key: bearer.key })
+    const page: Awaited<ReturnType<typeof server.request<TransactionPage>>> = bearer.key === undefined
+      ? await server.admin<TransactionPage>(url)
+      : await server.request<TransactionPage>(url, { key: bearer.key })
     expect(page.status).toBe(200)
     expect(page.body.data.length).toBeLessThanOrEqual(limit)
     items.push(...page.body.data)
@@ -97,7 +88,7 @@ const allPages = async (path: string, bearer: { key?: string }, limit: number) =
 }
 
 /** Oldest first, each row's balance_after is the previous one plus its amount. */
-const expectChained = (newestFirst: ReadonlyArray<Item>) => {
+const expectChained = (newestFirst: ReadonlyArray<TransactionBody>) => {
   const balance = { monthly: 0, topup: 0 }
   for (const item of [...newestFirst].reverse()) {
     balance[item.bucket] += item.amount
@@ -106,7 +97,7 @@ const expectChained = (newestFirst: ReadonlyArray<Item>) => {
   return balance
 }
 
-const strip = (item: Item) => ({
+const strip = (item: TransactionBody) => ({
   type: item.type,
   bucket: item.bucket,
   amount: item.amount,
@@ -118,7 +109,7 @@ const strip = (item: Item) => ({
 describe("the credit history", () => {
   test("a mixed sequence lists each change once, with its type, bucket, amount and balances after", async () => {
     const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
-    const wallet = async () => (await server.request("/v1/wallet", { key })).body
+    const wallet = async () => (await server.request<WalletBody>("/v1/wallet", { key })).body
 
     const topUp = await server.admin(`/admin/accounts/${accountId}/credits`, {
       method: "POST",
@@ -189,7 +180,7 @@ describe("the credit history", () => {
     expect([...times].sort((a, b) => b - a)).toEqual(times)
 
     // The admin view of the same account is the same list.
-    const admin = await server.admin<Page>(`/admin/accounts/${accountId}/transactions`)
+    const admin = await server.admin<TransactionPage>(`/admin/accounts/${accountId}/transactions`)
     expect(admin.status).toBe(200)
     expect(admin.body.data).toEqual(page.data)
   })
@@ -266,11 +257,11 @@ describe("the credit history", () => {
     const before = (await history(key, "?limit=100")).body.data
     expect(before).toHaveLength(25)
 
-    const seen: Array<Item> = []
+    const seen: Array<TransactionBody> = []
     let cursor: string | null = null
     let pages = 0
     do {
-      const page: Page = (await history(key, `?limit=4${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`)).body
+      const page: TransactionPage = (await history(key, `?limit=4${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`)).body
       seen.push(...page.data)
       cursor = page.next_cursor
       pages++
@@ -386,6 +377,6 @@ describe("the credit history", () => {
   test("the admin view of an unknown account is 404", async () => {
     const response = await server.admin("/admin/accounts/acct_00000000000000000000000000000000/transactions")
     expect(response.status).toBe(404)
-    expect(response.body.error.type).toBe("not_found")
+    expect((response.body as ErrorBody).error.type).toBe("not_found")
   })
 })

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { randomBytes } from "node:crypto"
 import {
+  type AccountBody,
+  type ApiKeyBody,
   createDatabase,
   dropDatabase,
   type ErrorBody,
@@ -39,8 +41,8 @@ afterAll(async () => {
 
 const newKey = () => `key-${randomBytes(8).toString("hex")}`
 
-const grant = (accountId: string, body: unknown, idempotencyKey?: string, target: TestServer = server) =>
-  target.admin(`/admin/accounts/${accountId}/credits`, {
+const grant = <T = WalletBody>(accountId: string, body: unknown, idempotencyKey?: string, target: TestServer = server) =>
+  target.admin<T>(`/admin/accounts/${accountId}/credits`, {
     method: "POST",
     body,
     headers: idempotencyKey === undefined ? {} : { "idempotency-key": idempotencyKey }
@@ -188,7 +190,7 @@ describe("Idempotency-Key on a grant", () => {
   test("an error answer is not stored: a retry with the key runs again", async () => {
     const missing = "acct_00000000000000000000000000000000"
     const key = newKey()
-    const first = await grant(missing, { bucket: "topup", amount: 5 }, key)
+    const first = await grant<ErrorBody>(missing, { bucket: "topup", amount: 5 }, key)
     expect(first.status).toBe(404)
     expect(first.body.error.type).toBe("not_found")
     expect(await storedKeys(key)).toBe(0)
@@ -249,7 +251,7 @@ describe("Idempotency-Key on the other admin POSTs", () => {
     const name = `idem-${randomBytes(4).toString("hex")}`
     const answers = await Promise.all(
       Array.from({ length: 5 }, () =>
-        server.admin("/admin/accounts", { method: "POST", body: { plan: "pro", name }, headers: { "idempotency-key": key } })
+        server.admin<AccountBody>("/admin/accounts", { method: "POST", body: { plan: "pro", name }, headers: { "idempotency-key": key } })
       )
     )
     for (const answer of answers) expect(answer.body).toEqual(answers[0].body)
@@ -261,7 +263,7 @@ describe("Idempotency-Key on the other admin POSTs", () => {
     const { accountId } = await server.account({ plan: "pro" })
     const key = newKey()
     const create = () =>
-      server.admin(`/admin/accounts/${accountId}/keys`, {
+      server.admin<ApiKeyBody>(`/admin/accounts/${accountId}/keys`, {
         method: "POST",
         body: { scopes: ["hooks:read"] },
         headers: { "idempotency-key": key }
@@ -438,7 +440,7 @@ describe("keys in Postgres", () => {
     }
     const key = newKey()
     const send = (target: TestServer, path: string, body: unknown) =>
-      target.request(path, { method: "POST", key: env.ADMIN_TOKEN, body, headers: { "idempotency-key": key } })
+      target.request<WalletBody>(path, { method: "POST", key: env.ADMIN_TOKEN, body, headers: { "idempotency-key": key } })
     let accountId = ""
     let first: Response<WalletBody> | undefined
     const before = await startTestServer(env, { databaseUrl })

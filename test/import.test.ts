@@ -10,7 +10,7 @@ import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { HookCatalog } from "../src/Hooks/HookCatalog.js"
 import { type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, type HookPage, type HookRichBody, type ImportResult, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
 let key: string
@@ -23,8 +23,8 @@ afterAll(() => server.close())
 
 const ndjson = (lines: ReadonlyArray<unknown>) => lines.map((line) => (typeof line === "string" ? line : JSON.stringify(line))).join("\n")
 
-const importBody = (body: BodyInit, contentType = "application/x-ndjson") =>
-  server.admin("/admin/catalog/hooks", { method: "POST", rawBody: body, headers: { "content-type": contentType } })
+const importBody = <T = ImportResult>(body: BodyInit, contentType = "application/x-ndjson") =>
+  server.admin<T>("/admin/catalog/hooks", { method: "POST", rawBody: body, headers: { "content-type": contentType } })
 
 const derivedId = (platform: string, sourceUrl: string) =>
   `hook_${createHash("sha256").update(`${platform}\n${sourceUrl}`).digest("hex").slice(0, 32)}`
@@ -33,7 +33,7 @@ const count = async (where: string, params: ReadonlyArray<unknown>) =>
   (await server.db.query(`SELECT count(*)::int AS n FROM hooks WHERE ${where}`, params as Array<unknown>)).rows[0].n as number
 
 const searchIds = async (q: string) =>
-  (await server.request(`/v1/hooks/search?q=${encodeURIComponent(q)}`, { key })).body.data.map((h: { id: string }) => h.id)
+  (await server.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent(q)}`, { key })).body.data.map((h) => h.id)
 
 describe("NDJSON", () => {
   test("bad lines are rejected with their 1-based line numbers; the rest is imported", async () => {
@@ -61,7 +61,7 @@ describe("NDJSON", () => {
     expect(response.body.inserted).toBe(2)
     expect(response.body.updated).toBe(0)
     expect(response.body.rejected_count).toBe(12)
-    const byLine = Object.fromEntries(response.body.rejected.map((r: { index: number; message: string }) => [r.index, r.message]))
+    const byLine = Object.fromEntries(response.body.rejected.map((r) => [r.index, r.message]))
     expect(Object.keys(byLine).map(Number)).toEqual([3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14])
     expect(byLine[3]).toContain("not valid JSON")
     expect(byLine[4]).toBe("text: is required")
@@ -79,7 +79,7 @@ describe("NDJSON", () => {
     const first = derivedId("tiktok", "https://tiktok.example/1")
     const last = derivedId("instagram", "https://tiktok.example/10")
     expect(await searchIds("ploverwick")).toEqual([last, first])
-    const hook = await server.request(`/v1/hooks/${last}`, { key })
+    const hook = await server.request<HookRichBody>(`/v1/hooks/${last}`, { key })
     expect(hook.body.published_at).toBe("2025-02-03T02:05:06.789Z")
     expect(hook.body.source_url).toBe("https://tiktok.example/10")
   })
@@ -112,7 +112,7 @@ describe("NDJSON", () => {
       { id, text: "Kestrelmoon final", platform: "tiktok", caption: "final" }
     ]))
     expect(response.body).toMatchObject({ inserted: 1, updated: 1, rejected_count: 0 })
-    const hook = await server.request(`/v1/hooks/${id}`, { key })
+    const hook = await server.request<HookRichBody>(`/v1/hooks/${id}`, { key })
     expect(hook.body).toMatchObject({ id, text: "Kestrelmoon final", caption: "final" })
   })
 
@@ -157,9 +157,9 @@ describe("JSON array", () => {
     const response = await importBody(body, "application/json")
     expect(response.status).toBe(200)
     expect(response.body.inserted).toBe(2)
-    expect(response.body.rejected.map((r: { index: number }) => r.index)).toEqual([1, 2, 3])
+    expect(response.body.rejected.map((r) => r.index)).toEqual([1, 2, 3])
     expect(response.body.rejected[0].message).toContain("not valid JSON")
-    const hook = await server.request(`/v1/hooks/${derivedId("tiktok", "https://tern.example/0")}`, { key })
+    const hook = await server.request<HookRichBody>(`/v1/hooks/${derivedId("tiktok", "https://tern.example/0")}`, { key })
     expect(hook.body.text).toBe("Ternquill [one], {with} \"brackets\", and commas")
     expect(hook.body.metrics).toEqual({ views: [1, 2, { deep: "]" }] })
   })
@@ -183,7 +183,7 @@ describe("JSON array", () => {
       body: stream
     })
     expect(await response.json()).toEqual({ object: "import_result", inserted: 40, updated: 0, rejected_count: 0, rejected: [] })
-    const hook = await server.request(`/v1/hooks/${derivedId("tiktok", "https://chunk.example/7")}`, { key })
+    const hook = await server.request<HookRichBody>(`/v1/hooks/${derivedId("tiktok", "https://chunk.example/7")}`, { key })
     expect(hook.body.text).toBe("Gännetstream ✨ 7 naïve café")
   })
 
@@ -206,7 +206,7 @@ describe("requests the import refuses as a whole", () => {
     ["an empty body", "", "application/json"],
     ["an unsupported content type", "text,platform\nx,tiktok", "text/csv"]
   ])("%s → 422 validation_error", async (_name, body, contentType) => {
-    const response = await importBody(body, contentType)
+    const response = await importBody<ErrorBody>(body, contentType)
     expect(response.status).toBe(422)
     expect(response.body.error.type).toBe("validation_error")
   })

@@ -7,7 +7,18 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { smallClip } from "./support/process.js"
 import { eventually, startReceiver } from "./support/receiver.js"
-import { type ErrorBody, ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import {
+  type ApiKeyBody,
+  type ErrorBody,
+  ledgerState,
+  type PredictionBody,
+  startTestServer,
+  type TestServer,
+  type TransactionPage,
+  type UploadLink,
+  type WebhookBody,
+  type WebhookSecretBody
+} from "./support/server.js"
 
 let server: TestServer
 const receiver = startReceiver()
@@ -38,23 +49,23 @@ beforeAll(async () => {
   server = await startTestServer({ WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true" })
   owner = await server.account({ plan: "pro", monthly_balance: 100 })
   intruder = await server.account({ plan: "enterprise", monthly_balance: 100 })
-  ownerSecondKey = (await server.admin(`/admin/accounts/${owner.accountId}/keys`, { method: "POST", body: {} })).body.api_key
+  ownerSecondKey = (await server.admin<ApiKeyBody>(`/admin/accounts/${owner.accountId}/keys`, { method: "POST", body: {} })).body.api_key
 
   expect((await server.request("/v1/webhooks", { method: "PUT", key: owner.key, body: { url: receiver.url } })).status).toBe(200)
   // A prediction that ran to the end, and one still waiting for its file.
   const clip = await smallClip()
-  const link = await server.request("/v1/predict/upload", { method: "POST", key: owner.key })
+  const link = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key: owner.key })
   // The test server listens on a random port; the link's path is what matters.
   expect((await fetch(server.url + new URL(link.body.upload_url).pathname, { method: "PUT", body: clip })).status).toBe(200)
   finished = { predictionId: link.body.prediction_id, uploadId: link.body.upload_id }
   await eventually("the owner's prediction succeeded", async () =>
-    (await server.request(`/v1/predict/${finished.predictionId}`, { key: owner.key })).body.status === "succeeded")
-  const second = await server.request("/v1/predict/upload", { method: "POST", key: owner.key, headers: { "idempotency-key": "shared-key-1" } })
+    (await server.request<PredictionBody>(`/v1/predict/${finished.predictionId}`, { key: owner.key })).body.status === "succeeded")
+  const second = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key: owner.key, headers: { "idempotency-key": "shared-key-1" } })
   waiting = { predictionId: second.body.prediction_id, uploadId: second.body.upload_id, uploadUrl: second.body.upload_url }
   // A page of history with a next cursor.
-  const history = await server.request("/v1/wallet/transactions?limit=1", { key: owner.key })
+  const history = await server.request<TransactionPage>("/v1/wallet/transactions?limit=1", { key: owner.key })
   expect(history.body.has_more).toBe(true)
-  ownerHistoryCursor = history.body.next_cursor
+  ownerHistoryCursor = history.body.next_cursor!
 }, 60_000)
 
 afterAll(async () => {
@@ -75,7 +86,7 @@ describe("another account's key", () => {
     expectEnvelope(await server.request("/v1/predict", { method: "POST", key, body: { upload_id: waiting.uploadId } }), 404, "not_found")
 
     // The same Idempotency-Key as the owner's upload link makes the intruder its own link.
-    const own = await server.request("/v1/predict/upload", { method: "POST", key, headers: { "idempotency-key": "shared-key-1" } })
+    const own = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key, headers: { "idempotency-key": "shared-key-1" } })
     expect(own.status).toBe(200)
     expect(own.body.prediction_id).not.toBe(waiting.predictionId)
     expect(own.body.upload_url).not.toBe(waiting.uploadUrl)
@@ -84,19 +95,19 @@ describe("another account's key", () => {
     expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: null, configured: false })
     expectEnvelope(await server.request("/v1/webhooks/rotate", { method: "POST", key }), 422, "validation_error")
     expectEnvelope(await server.request("/v1/webhooks/test", { method: "POST", key }), 422, "validation_error")
-    expect((await server.request("/v1/webhooks", { method: "DELETE", key })).body.configured).toBe(false)
-    const set = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: `${receiver.url}/intruder` } })
+    expect((await server.request<WebhookBody>("/v1/webhooks", { method: "DELETE", key })).body.configured).toBe(false)
+    const set = await server.request<WebhookSecretBody>("/v1/webhooks", { method: "PUT", key, body: { url: `${receiver.url}/intruder` } })
     expect(set.status).toBe(200)
     expect(typeof set.body.secret).toBe("string")
     expect((await server.request("/v1/webhooks/rotate", { method: "POST", key })).status).toBe(200)
     expect((await server.request("/v1/webhooks", { method: "DELETE", key })).body).toMatchObject({ configured: false })
 
     // Credit history: only its own rows; the owner's cursor is refused.
-    const history = await server.request("/v1/wallet/transactions", { key })
+    const history = await server.request<TransactionPage>("/v1/wallet/transactions", { key })
     expect(history.status).toBe(200)
     const ownerJournalIds = new Set(before.journal.map((row: { id: string }) => row.id))
     expect(history.body.data.length).toBeGreaterThan(0)
-    expect(history.body.data.some((row: { id: string }) => ownerJournalIds.has(row.id))).toBe(false)
+    expect(history.body.data.some((row) => ownerJournalIds.has(row.id))).toBe(false)
     expectEnvelope(await server.request(`/v1/wallet/transactions?cursor=${encodeURIComponent(ownerHistoryCursor)}`, { key }), 400, "invalid_cursor")
     expect((await server.request("/v1/wallet", { key })).body).toMatchObject({ monthly_balance: 100, topup_balance: 0 })
 
@@ -126,7 +137,7 @@ describe("another account's key", () => {
     const foreign = await server.request(`/v1/predict/${finished.predictionId}`, { key })
     expectEnvelope(unknown, 404, "not_found")
     expectEnvelope(foreign, 404, "not_found")
-    expect(foreign.body.error.message.replace(finished.predictionId, "ID")).toBe(unknown.body.error.message.replace(`pred_${"0".repeat(32)}`, "ID"))
+    expect((foreign.body as ErrorBody).error.message.replace(finished.predictionId, "ID")).toBe((unknown.body as ErrorBody).error.message.replace(`pred_${"0".repeat(32)}`, "ID"))
     expectEnvelope(await server.request(`/v1/predict/${finished.uploadId}`, { key: owner.key }), 404, "not_found")
   })
 })

@@ -29,7 +29,7 @@ describe("request head size", () => {
     const before = await ledgerState(server.db, accountId)
     const response = await server.request("/v1/hooks/search?q=money", { key, headers: { "x-filler": "x".repeat(13 * 1024) } })
     expectEnvelope(response, 431, "headers_too_large")
-    expect(response.body.error.message).toBe("The request line and headers are larger than 12288 bytes.")
+    expect((response.body as ErrorBody).error.message).toBe("The request line and headers are larger than 12288 bytes.")
     expect(response.headers.get("connection")).toBe("close")
     expect(await ledgerState(server.db, accountId)).toEqual(before)
     // Just under the limit the same request is served.
@@ -55,7 +55,7 @@ describe("request head size", () => {
       expect((await small.request("/v1/wallet", { key, headers: { "x-filler": "x".repeat(1024) } })).status).toBe(200)
       const refused = await small.request("/v1/wallet", { key, headers: { "x-filler": "x".repeat(3000) } })
       expectEnvelope(refused, 431, "headers_too_large")
-      expect(refused.body.error.message).toContain("2048 bytes")
+      expect((refused.body as ErrorBody).error.message).toContain("2048 bytes")
     } finally {
       await small.stop()
       await small.db.end()
@@ -77,14 +77,14 @@ describe("control characters and NUL", () => {
     const journal = await journalRows(accountId)
     const search = await server.request(`/v1/hooks/search?q=${encodeURIComponent("money\u0000")}`, { key })
     expectEnvelope(search, 422, "validation_error")
-    expect(search.body.error.message).toBe("q: must not contain the NUL character (U+0000)")
+    expect((search.body as ErrorBody).error.message).toBe("q: must not contain the NUL character (U+0000)")
     // Refused before the reserve: not even a reserve and refund pair in the journal.
     expect(await journalRows(accountId)).toBe(journal)
 
     expectEnvelope(await server.request("/v1/predict", { method: "POST", key, body: { upload_id: "upl_\u0000" } }), 422, "validation_error")
     const named = await server.admin("/admin/accounts", { method: "POST", body: { plan: "pro", name: "Ann\u0000" } })
     expectEnvelope(named, 422, "validation_error")
-    expect(named.body.error.message).toBe("request: text must not contain the NUL character (U+0000)")
+    expect((named.body as ErrorBody).error.message).toBe("request: text must not contain the NUL character (U+0000)")
     const granted = await server.admin(`/admin/accounts/${accountId}/credits`, {
       method: "POST",
       body: { bucket: "topup", amount: 5, reason: "gift\u0000" }

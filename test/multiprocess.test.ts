@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test"
 import Pg from "pg"
 import { adminClient, type Deployment, deployment, type ServerProcess, smallClip, spawnServer, submitClip } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
-import { createDatabase, dropDatabase, ledgerState, testPool } from "./support/server.js"
+import { createDatabase, dropDatabase, ledgerState, testPool, type UploadLink } from "./support/server.js"
 
 let shared: Deployment
 let db: Pg.Pool
@@ -94,7 +94,7 @@ test("two processes on one database: each job runs once, each delivery attempt i
       WHERE account_id = $1`,
     [rolling.accountId]
   )
-  const abandoned = (await a.request("/v1/predict/upload", { method: "POST", key: accounts[0].key })).body.prediction_id as string
+  const abandoned = (await a.request<UploadLink>("/v1/predict/upload", { method: "POST", key: accounts[0].key })).body.prediction_id
   await db.query("UPDATE uploads SET expires_at = now() - interval '1 second' WHERE prediction_id = $1", [abandoned])
 
   // Work through both processes at once: 3 clips per account, alternating processes, with

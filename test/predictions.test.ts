@@ -17,6 +17,7 @@ import { sniffMediaKind } from "../src/Predictions/Uploads.js"
 import { type Clip, type ClipSet, makeClips } from "./support/clips.js"
 import { type FakeS3, startFakeS3 } from "./support/s3.js"
 import {
+  type ApiKeyBody,
   createDatabase,
   dropDatabase,
   type ErrorBody,
@@ -529,7 +530,7 @@ describe("predictions through the API", () => {
       body: { upload_id: "upl_00000000000000000000000000000000" }
     })
     expectEnvelope(unknown, 404, "not_found")
-    const otherKey = await server.admin(`/admin/accounts/${owner.accountId}/keys`, { method: "POST", body: {} })
+    const otherKey = await server.admin<ApiKeyBody>(`/admin/accounts/${owner.accountId}/keys`, { method: "POST", body: {} })
     const viaOtherKey = await server.request("/v1/predict", {
       method: "POST",
       key: otherKey.body.api_key,
@@ -545,7 +546,7 @@ describe("predictions through the API", () => {
 
   test("get prediction: only the creating key, only for 24 hours", async () => {
     const link = await createLink(server, owner.key)
-    const otherKey = await server.admin(`/admin/accounts/${owner.accountId}/keys`, { method: "POST", body: {} })
+    const otherKey = await server.admin<ApiKeyBody>(`/admin/accounts/${owner.accountId}/keys`, { method: "POST", body: {} })
     expectEnvelope(await getPrediction(server, otherKey.body.api_key, link.prediction_id), 404, "not_found")
     const stranger = await server.account({ plan: "pro" })
     expectEnvelope(await getPrediction(server, stranger.key, link.prediction_id), 404, "not_found")

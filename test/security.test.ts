@@ -1,5 +1,5 @@
 /**
- * Security properties docs/security.md relies on: no secret reaches a log line or a span, even
+ * Security properties the README's security review relies on: no secret reaches a log line or a span, even
  * at the most verbose level and with the redaction net off; keys and upload tokens are stored
  * only as SHA-256 hashes and webhook secrets only encrypted; 401s for malformed, unknown and
  * revoked keys are answered alike (the timings are measured and printed, not asserted).
@@ -9,7 +9,7 @@ import { Effect, Logger, Tracer } from "effect"
 import { randomBytes } from "node:crypto"
 import { smallClip } from "./support/process.js"
 import { eventually, startReceiver } from "./support/receiver.js"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { type ApiKeyBody, startTestServer, type TestServer, type UploadLink, type WebhookSecretBody, type WebhookTestBody } from "./support/server.js"
 
 const spans: Array<Tracer.Span> = []
 const native = Effect.runSync(Effect.tracer)
@@ -49,19 +49,19 @@ describe("secrets stay out of logs and spans", () => {
     expect(inQuery.status).toBe(401)
     expect((await server.request(`/v1/wallet?key=${key}`)).status).toBe(401)
     expect((await server.request("/v1/wallet", { headers: { authorization: `Basic ${key}` } })).status).toBe(401)
-    const revoked = await server.admin(`/admin/accounts/${accountId}/keys`, { method: "POST", body: {} })
+    const revoked = await server.admin<ApiKeyBody>(`/admin/accounts/${accountId}/keys`, { method: "POST", body: {} })
     secrets.push(revoked.body.api_key)
     expect((await server.admin(`/admin/keys/${revoked.body.id}`, { method: "DELETE" })).status).toBe(200)
     expect((await server.request("/v1/wallet", { key: revoked.body.api_key })).status).toBe(401)
 
     // Webhook secrets: issued, rotated, used to sign a test send and a real delivery.
-    const created = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: receiver.url } })
-    const rotated = await server.request("/v1/webhooks/rotate", { method: "POST", key })
+    const created = await server.request<WebhookSecretBody>("/v1/webhooks", { method: "PUT", key, body: { url: receiver.url } })
+    const rotated = await server.request<WebhookSecretBody>("/v1/webhooks/rotate", { method: "POST", key })
     secrets.push(created.body.secret, rotated.body.secret)
-    expect((await server.request("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
 
     // An upload link: its token is the only credential of the PUT.
-    const link = await server.request("/v1/predict/upload", { method: "POST", key })
+    const link = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key })
     const token = new URL(link.body.upload_url).pathname.split("/").pop()!
     secrets.push(token)
     const put = await fetch(`${server.url}/uploads/${token}`, { method: "PUT", body: await smallClip() })
@@ -95,13 +95,13 @@ describe("secrets stay out of logs and spans", () => {
 describe("401s", () => {
   test("malformed, unknown and revoked keys get the same status and envelope; their timings are printed", async () => {
     const { accountId, key } = await server.account({ plan: "pro" })
-    const revoked = await server.admin(`/admin/accounts/${accountId}/keys`, { method: "POST", body: {} })
+    const revoked = await server.admin<ApiKeyBody>(`/admin/accounts/${accountId}/keys`, { method: "POST", body: {} })
     await server.admin(`/admin/keys/${revoked.body.id}`, { method: "DELETE" })
     const kinds = {
       valid: () => key,
       malformed: () => `nope-${randomBytes(8).toString("hex")}`,
       unknown: () => `hkl_live_${randomBytes(24).toString("base64url")}`,
-      revoked: () => revoked.body.api_key as string
+      revoked: () => revoked.body.api_key
     }
     const timings = new Map<string, Array<number>>(Object.keys(kinds).map((kind) => [kind, []]))
     const bodies = new Map<string, Set<string>>(Object.keys(kinds).map((kind) => [kind, new Set()]))

@@ -19,7 +19,17 @@ import { type EventType, Webhooks } from "../src/Webhooks/Webhooks.js"
 import { ffmpegPath } from "./support/clips.js"
 import { closedPortUrl, eventually, type ReceivedRequest, type Receiver, startReceiver } from "./support/receiver.js"
 import { servicesRuntime } from "./support/runtime.js"
-import { type ErrorBody, startTestServer, type TestServer, type WebhookEvent } from "./support/server.js"
+import {
+  type ErrorBody,
+  type PredictionBody,
+  startTestServer,
+  type TestServer,
+  type UploadLink,
+  type WebhookBody,
+  type WebhookEvent,
+  type WebhookSecretBody,
+  type WebhookTestBody
+} from "./support/server.js"
 
 /** Every server of this file shares one key, so servers on one database read each other's secrets. */
 const webhookSecretKey = randomBytes(32).toString("base64url")
@@ -135,9 +145,9 @@ afterEach(async () => {
 /** A new account with its webhook pointing at `url`; returns the key and the secret issued. */
 const withWebhook = async (url: string, target: TestServer = server) => {
   const account = await target.account()
-  const put = await target.request("/v1/webhooks", { method: "PUT", key: account.key, body: { url } })
+  const put = await target.request<WebhookSecretBody>("/v1/webhooks", { method: "PUT", key: account.key, body: { url } })
   expect(put.status).toBe(200)
-  return { ...account, secret: put.body.secret as string }
+  return { ...account, secret: put.body.secret }
 }
 
 describe("the webhook resource", () => {
@@ -151,7 +161,7 @@ describe("the webhook resource", () => {
   test("the first PUT creates the webhook and returns its secret, once; the database holds it encrypted", async () => {
     const { accountId, key } = await server.account()
     const url = "http://127.0.0.1:9/first"
-    const created = await server.request("/v1/webhooks", { method: "PUT", key, body: { url } })
+    const created = await server.request<WebhookSecretBody>("/v1/webhooks", { method: "PUT", key, body: { url } })
     expect(created.status).toBe(200)
     expect(created.body).toEqual({ object: "webhook", url, configured: true, secret: expect.any(String) })
     const secret: string = created.body.secret
@@ -170,12 +180,12 @@ describe("the webhook resource", () => {
   test("a later PUT changes the url and keeps the secret, which it does not return", async () => {
     const target = receiver()
     const { key, secret } = await withWebhook("http://127.0.0.1:9/old")
-    const updated = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: target.url } })
+    const updated = await server.request<WebhookBody>("/v1/webhooks", { method: "PUT", key, body: { url: target.url } })
     expect(updated.status).toBe(200)
     expect(updated.body).toEqual({ object: "webhook", url: target.url, configured: true })
     expect("secret" in updated.body).toBe(false)
 
-    const sent = await server.request("/v1/webhooks/test", { method: "POST", key })
+    const sent = await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })
     expect(sent.body.delivered).toBe(true)
     expect(verifies(secret, target.requests[0])).toBe(true)
   })
@@ -197,7 +207,7 @@ describe("the webhook resource", () => {
 
     const again = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: target.url } })
     expect(again.body).toEqual({ object: "webhook", url: target.url, configured: true })
-    expect((await server.request("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
     expect(verifies(secret, target.requests[0])).toBe(true)
   })
 
@@ -210,13 +220,13 @@ describe("the webhook resource", () => {
     expectError(rotated, 422, "validation_error")
     const sent = await server.request("/v1/webhooks/test", { method: "POST", key })
     expectError(sent, 422, "validation_error")
-    expect(sent.body.error.message).toContain("No webhook is configured")
+    expect((sent.body as ErrorBody).error.message).toContain("No webhook is configured")
   })
 
   test("rotate issues a new secret once; for the window deliveries carry both signatures, then only the new one", async () => {
     const target = receiver()
     const { accountId, key, secret: oldSecret } = await withWebhook(target.url)
-    const rotated = await server.request("/v1/webhooks/rotate", { method: "POST", key, body: { ignored: true } })
+    const rotated = await server.request<WebhookSecretBody>("/v1/webhooks/rotate", { method: "POST", key, body: { ignored: true } })
     expect(rotated.status).toBe(200)
     expect(rotated.body).toEqual({ object: "webhook", url: target.url, configured: true, secret: expect.any(String) })
     const newSecret: string = rotated.body.secret
@@ -232,7 +242,7 @@ describe("the webhook resource", () => {
     expect(Number(rows[0].seconds_left)).toBeLessThanOrEqual(24 * 3600)
 
     // Within the window: a test send and a real delivery both carry two signatures.
-    expect((await server.request("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
     const deliveryId = await events.enqueue(accountId)
     expect(deliveryId).not.toBeNull()
     expect((await delivered(server, deliveryId!)).status).toBe("delivered")
@@ -250,7 +260,7 @@ describe("the webhook resource", () => {
       [accountId]
     )
     target.clear()
-    expect((await server.request("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
     const after = target.requests[0]
     expect(after.headers["webhook-signature"].split(" ")).toHaveLength(1)
     expect(verifies(newSecret, after)).toBe(true)
@@ -275,9 +285,9 @@ describe("the webhook resource", () => {
     for (const [body, mention] of cases) {
       const response = await server.request("/v1/webhooks", { method: "PUT", key, body })
       expectError(response, 422, "validation_error")
-      expect(response.body.error.message).toContain(mention)
+      expect((response.body as ErrorBody).error.message).toContain(mention)
     }
-    expect((await server.request("/v1/webhooks", { key })).body.configured).toBe(false)
+    expect((await server.request<WebhookBody>("/v1/webhooks", { key })).body.configured).toBe(false)
   })
 
   test("every webhook route needs the webhooks:write scope", async () => {
@@ -414,7 +424,7 @@ describe("delivery from the outbox", () => {
     )
     expect(await ffmpeg.exited).toBe(0)
 
-    const link = await server.request("/v1/predict/upload", { method: "POST", key })
+    const link = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key })
     expect(link.status).toBe(200)
     // Links name PUBLIC_BASE_URL; the test reaches the server on its real address.
     const uploaded = await fetch(server.url + new URL(link.body.upload_url).pathname, { method: "PUT", body: readFileSync(clip) })
@@ -422,7 +432,7 @@ describe("delivery from the outbox", () => {
 
     await eventually("the prediction's webhook", () => target.requests.length === 1, 30_000)
     const event = verify(secret, target.requests[0]) as WebhookEvent
-    const prediction = await server.request(`/v1/predict/${link.body.prediction_id}`, { key })
+    const prediction = await server.request<PredictionBody>(`/v1/predict/${link.body.prediction_id}`, { key })
     expect(prediction.body.status).toBe("succeeded")
     expect(event).toEqual({
       id: target.requests[0].headers["webhook-id"],
@@ -634,8 +644,8 @@ describe("SSRF protection (private targets not allowed)", () => {
     const { key } = await strict.account()
     const response = await strict.request("/v1/webhooks", { method: "PUT", key, body: { url } })
     expectError(response, 422, "validation_error")
-    expect(response.body.error.message).toMatch(/^url: /)
-    expect(response.body.error.message).toContain(`a ${range} address`)
+    expect((response.body as ErrorBody).error.message).toMatch(/^url: /)
+    expect((response.body as ErrorBody).error.message).toContain(`a ${range} address`)
     expect((await strict.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: null, configured: false })
   })
 
@@ -643,13 +653,13 @@ describe("SSRF protection (private targets not allowed)", () => {
     const { key } = await strict.account()
     const response = await strict.request("/v1/webhooks", { method: "PUT", key, body: { url: "http://localhost:8080/hook" } })
     expectError(response, 422, "validation_error")
-    expect(response.body.error.message).toContain("the host localhost resolves to")
-    expect(response.body.error.message).toContain("loopback address")
+    expect((response.body as ErrorBody).error.message).toContain("the host localhost resolves to")
+    expect((response.body as ErrorBody).error.message).toContain("loopback address")
   })
 
   test("a public address is accepted", async () => {
     const { key } = await strict.account()
-    const response = await strict.request("/v1/webhooks", { method: "PUT", key, body: { url: "https://93.184.215.14/hook" } })
+    const response = await strict.request<WebhookSecretBody>("/v1/webhooks", { method: "PUT", key, body: { url: "https://93.184.215.14/hook" } })
     expect(response.status).toBe(200)
     expect(response.body.configured).toBe(true)
   })
@@ -662,7 +672,7 @@ describe("SSRF protection (private targets not allowed)", () => {
 
     const sent = await strict.request("/v1/webhooks/test", { method: "POST", key })
     expectError(sent, 422, "validation_error")
-    expect(sent.body.error.message).toContain("loopback address")
+    expect((sent.body as ErrorBody).error.message).toContain("loopback address")
 
     const deliveryId = await strictEvents.enqueue(accountId)
     const row = await delivered(strict, deliveryId!)

@@ -30,7 +30,7 @@ export interface ServerProcess {
   /** Everything the process wrote to stdout and stderr so far. */
   readonly output: () => string
   readonly exited: Promise<number>
-  readonly request: <T = any>(path: string, options?: {
+  readonly request: <T = unknown>(path: string, options?: {
     readonly method?: string
     readonly key?: string
     readonly body?: unknown

@@ -56,10 +56,22 @@ export interface ErrorBody {
   readonly error: { readonly type: string; readonly message: string; readonly request_id: string }
 }
 
+/** A hook as listed by search and list (HookLean), as sent on the wire. */
+export interface HookLeanBody {
+  readonly id: string
+  readonly text: string
+  readonly platform: string
+  readonly media_type: string | null
+  readonly thumbnail_url: string | null
+  readonly category: string | null
+  readonly hook_duration_sec: number | null
+  readonly published_at: string | null
+}
+
 /** A page of hooks from search or list, as sent on the wire. */
 export interface HookPage {
   readonly object: "list"
-  readonly data: ReadonlyArray<{ readonly id: string; readonly text: string; readonly category: string }>
+  readonly data: ReadonlyArray<HookLeanBody>
   readonly has_more: boolean
   readonly next_cursor: string | null
 }
@@ -94,6 +106,90 @@ export interface WalletBody {
   readonly monthly_balance: number
   readonly monthly_period_end: string | null
   readonly topup_balance: number
+}
+
+/** An account as sent on the wire (the admin account routes). */
+export interface AccountBody {
+  readonly object: "account"
+  readonly id: string
+  readonly name: string | null
+  readonly plan: string
+  readonly api_access: boolean
+  readonly suspended: boolean
+  readonly monthly_grant: number
+  readonly wallet: WalletBody
+}
+
+/** A new API key (POST /admin/accounts/{id}/keys): the plain key is in this answer only. */
+export interface ApiKeyBody {
+  readonly object: "api_key"
+  readonly id: string
+  readonly api_key: string
+  readonly scopes: ReadonlyArray<string>
+  readonly created_at: string
+}
+
+/** The answer to POST /admin/catalog/hooks. */
+export interface ImportResult {
+  readonly object: "import_result"
+  readonly inserted: number
+  readonly updated: number
+  readonly rejected_count: number
+  readonly rejected: ReadonlyArray<{ readonly index: number; readonly message: string }>
+}
+
+/** A full hook (GET /v1/hooks/{id}, HookRich), as sent on the wire. */
+export interface HookRichBody extends HookLeanBody {
+  readonly source_url: string | null
+  readonly caption: string | null
+  readonly duration_sec: number | null
+  readonly summary: string | null
+  readonly emotions: Readonly<Record<string, number>> | null
+  readonly comment_themes: ReadonlyArray<{ readonly word: string; readonly count: number }> | null
+  readonly metrics: unknown
+  readonly creator: unknown
+  readonly audio: unknown
+}
+
+/** The webhook configuration (/v1/webhooks): GET, DELETE, and a PUT of a webhook that already exists. */
+export interface WebhookBody {
+  readonly object: "webhook"
+  readonly url: string | null
+  readonly configured: boolean
+}
+
+/** The webhook with a newly issued secret: the first PUT /v1/webhooks and POST /v1/webhooks/rotate. */
+export interface WebhookSecretBody extends WebhookBody {
+  readonly secret: string
+}
+
+/** The answer to POST /v1/webhooks/test. */
+export interface WebhookTestBody {
+  readonly object: "webhook_test"
+  readonly delivered: boolean
+  readonly status_code: number | null
+  readonly event: "prediction.succeeded"
+}
+
+/** One change of a balance, as listed by the credit history. */
+export interface TransactionBody {
+  readonly object: "credit_transaction"
+  readonly id: string
+  readonly type: "grant" | "charge" | "refund" | "expiry"
+  readonly bucket: "monthly" | "topup"
+  readonly amount: number
+  readonly balance_after: { readonly monthly: number; readonly topup: number }
+  readonly created_at: string
+  readonly request_id: string | null
+  readonly reference: { readonly kind: string; readonly id: string | null }
+}
+
+/** A page of the credit history (/v1/wallet/transactions, /admin/accounts/{id}/transactions). */
+export interface TransactionPage {
+  readonly object: "list"
+  readonly data: ReadonlyArray<TransactionBody>
+  readonly has_more: boolean
+  readonly next_cursor: string | null
 }
 
 /** A webhook event: the signed body a receiver gets, and the payload the outbox stores. */
@@ -143,8 +239,8 @@ export interface TestServer {
   readonly dataDir: string
   /** A pool on the server's database, for assertions on rows. */
   readonly db: Pg.Pool
-  readonly request: <T = any>(path: string, options?: RequestOptions) => Promise<Response<T>>
-  readonly admin: <T = any>(path: string, options?: Omit<RequestOptions, "key">) => Promise<Response<T>>
+  readonly request: <T = unknown>(path: string, options?: RequestOptions) => Promise<Response<T>>
+  readonly admin: <T = unknown>(path: string, options?: Omit<RequestOptions, "key">) => Promise<Response<T>>
   /** A new account on `plan` with a key (all scopes unless given); returns both. */
   readonly account: (options?: {
     readonly plan?: string
