@@ -5,7 +5,7 @@
 import { BunContext } from "@effect/platform-bun"
 import { SqlError } from "@effect/sql/SqlError"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Context, Duration, Effect, Layer, Option, ParseResult, Redacted } from "effect"
+import { Context, Duration, Effect, Layer, Option, ParseResult, Redacted, Stream } from "effect"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
 import { ServerConfig } from "./Config.js"
@@ -98,3 +98,42 @@ export const orDieOnDb = <A, E, R>(
     error instanceof SqlError || ParseResult.isParseError(error)
       ? Effect.die(error)
       : Effect.fail(error as Exclude<E, SqlError | ParseResult.ParseError>))
+
+/**
+ * LISTEN on `channel` over a connection of its own, as a stream of notification payloads; the
+ * stream fails when that connection is lost (callers retry). Used instead of PgClient.listen,
+ * whose shared listen connection (an RcRef) leaks when its subscriber is interrupted while the
+ * connection is still opening: Effect 3.22's RcRef never closes the scope of an interrupted
+ * acquisition, so a server stopped just after it started kept one connection open for good.
+ * Here acquireRelease opens the connection uninterruptibly and always registers its end.
+ */
+export const listen = (channel: string): Stream.Stream<string, SqlError, DbPool> =>
+  Stream.unwrapScoped(Effect.gen(function*() {
+    const pool = yield* DbPool
+    const client = yield* Effect.acquireRelease(
+      Effect.tryPromise({
+        try: async () => {
+          const connection = new Pg.Client(pool.options)
+          // Errors are reported through the stream below; an unheard "error" event would crash.
+          connection.on("error", () => {})
+          try {
+            await connection.connect()
+            await connection.query(`LISTEN ${Pg.escapeIdentifier(channel)}`)
+          } catch (cause) {
+            await connection.end().catch(() => {})
+            throw cause
+          }
+          return connection
+        },
+        catch: (cause) => new SqlError({ cause, message: `Failed to LISTEN on ${channel}` })
+      }),
+      (connection) => Effect.promise(() => connection.end().catch(() => {})).pipe(Effect.timeoutOption(1000))
+    )
+    return Stream.async<string, SqlError>((emit) => {
+      client.on("notification", (message) => {
+        if (message.channel === channel) void emit.single(message.payload ?? "")
+      })
+      client.on("error", (cause) => void emit.fail(new SqlError({ cause, message: `LISTEN connection on ${channel} failed` })))
+      client.on("end", () => void emit.fail(new SqlError({ cause: null, message: `LISTEN connection on ${channel} closed` })))
+    })
+  }))

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import Pg from "pg"
 import { adminClient, type Deployment, deployment, gatedProbe, type GatedProbe, smallClip, spawnServer, submitClip } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
-import { createDatabase, dropDatabase, testPool } from "./support/server.js"
+import { adminDatabaseUrl, createDatabase, dropDatabase, startTestServer, testPool } from "./support/server.js"
 
 let databaseUrl: string
 let shared: Deployment
@@ -146,4 +146,29 @@ describe("graceful shutdown", () => {
     expect(server.output()).toContain("grace period over: interrupting the requests still running")
     hooks.hang(false)
   }, 60_000)
+})
+
+describe("stopping right after start", () => {
+  test("leaves no database connection behind (the LISTEN connections included)", async () => {
+    const databaseUrl = await createDatabase()
+    const observer = testPool(adminDatabaseUrl, 1)
+    try {
+      const sessions = async () =>
+        (await observer.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1", [
+          new URL(databaseUrl).pathname.slice(1)
+        ])).rows[0].n
+      for (let round = 0; round < 3; round++) {
+        const server = await startTestServer({}, { databaseUrl })
+        await server.stop()
+        await server.db.end()
+      }
+      // Connections close as their pools end; give a slow machine a moment, then there must be none.
+      const deadline = Date.now() + 5_000
+      while ((await sessions()) > 0 && Date.now() < deadline) await Bun.sleep(50)
+      expect(await sessions()).toBe(0)
+    } finally {
+      await observer.end()
+      await dropDatabase(databaseUrl)
+    }
+  })
 })

@@ -10,13 +10,12 @@
  * shutting down leaves a stale heartbeat, and the sweeper re-queues the job.
  */
 import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Data, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
 import { hostname } from "node:os"
 import { randomToken } from "../Ids.js"
 import { recordJobRun } from "../Observability/Metrics.js"
 import { linkedTo } from "../Observability/Tracing.js"
-import { DatabaseMode, orDieOnDb } from "../Sql.js"
+import { DatabaseMode, listen, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
 import { jobsChannel, type Outcome, Predictions, WorkSignal } from "./Predictions.js"
 import { ClipScorer } from "./Scorer.js"
@@ -153,8 +152,7 @@ export const WorkerLive = Layer.scopedDiscard(
     })
 
     if (!mode.embedded) {
-      const pg = yield* PgClient.PgClient
-      yield* pg.listen(jobsChannel).pipe(
+      yield* listen(jobsChannel).pipe(
         Stream.runForEach(() => signal.wake),
         Effect.catchAllCause((cause) => Effect.logWarning("LISTEN for queued jobs stopped; reconnecting", cause)),
         Effect.repeat(Schedule.spaced("1 second")),

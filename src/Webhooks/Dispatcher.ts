@@ -17,10 +17,9 @@
  *   poll every WEBHOOK_POLL_INTERVAL (the only source in embedded mode, which has no LISTEN).
  */
 import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Either, FiberSet, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
 import { randomUUID } from "node:crypto"
-import { DatabaseMode, orDieOnDb } from "../Sql.js"
+import { DatabaseMode, listen, orDieOnDb } from "../Sql.js"
 import { effectiveLease } from "./Config.js"
 import { attempt, type AttemptOutcome } from "./Transport.js"
 import { deliveriesChannel, Webhooks } from "./Webhooks.js"
@@ -172,8 +171,7 @@ export const DispatcherLive = Layer.scopedDiscard(
     })
 
     if (!mode.embedded) {
-      const pg = yield* PgClient.PgClient
-      yield* pg.listen(deliveriesChannel).pipe(
+      yield* listen(deliveriesChannel).pipe(
         Stream.runForEach(() => ring),
         Effect.tapErrorCause((cause) => Effect.logWarning("webhook LISTEN lost; polling until it is back", cause)),
         Effect.retry(Schedule.spaced(config.pollInterval)),
