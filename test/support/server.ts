@@ -40,11 +40,26 @@ export const createDatabase = async (): Promise<string> => {
   return url.toString()
 }
 
+/**
+ * Drops a test database. The pools that used it are closing as this runs (sql-pg gives its
+ * `pool.end()` one second, then moves on); terminating a connection that is still ending makes
+ * pg emit an "error" nobody listens to any more, an unhandled error in the test run. So wait
+ * until the database has no sessions, and force the drop only if some remain after 15 s.
+ */
 export const dropDatabase = async (databaseUrl: string) => {
   const name = new URL(databaseUrl).pathname.slice(1)
   const admin = new Pg.Client({ connectionString: adminDatabaseUrl })
   await admin.connect()
   try {
+    const deadline = Date.now() + 15_000
+    while (Date.now() < deadline) {
+      const { rows } = await admin.query<{ sessions: number }>(
+        "SELECT count(*)::int AS sessions FROM pg_stat_activity WHERE datname = $1",
+        [name]
+      )
+      if (rows[0].sessions === 0) break
+      await Bun.sleep(50)
+    }
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
   } finally {
     await admin.end()
