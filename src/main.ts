@@ -29,4 +29,5 @@ const EmbeddedStartup = Layer.scopedDiscard(
 
 const Main = EmbeddedStartup.pipe(Layer.provideMerge(appLayer(ServerLive)))
 
-Layer.launch(Main).pipe(Effect.provide(LoggingLive), BunRuntime.runMain)
+// No pretty logger from runMain: LoggingLive is the only logger (one line per entry, redacted).
+Layer.launch(Main).pipe(Effect.provide(LoggingLive), (main) => BunRuntime.runMain(main, { disablePrettyLogger: true }))

@@ -12,7 +12,8 @@ import { LoggingLive, redactCredentials } from "../src/Logging.js"
 import { currentTraceParent, linkedTo } from "../src/Observability/Tracing.js"
 import { ffmpegPath } from "./support/clips.js"
 import { startReceiver } from "./support/receiver.js"
-import { ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import { adminClient, deployment, spawnServer } from "./support/process.js"
+import { createDatabase, dropDatabase, ledgerState, startTestServer, type TestServer } from "./support/server.js"
 
 /** A tracer that keeps every span Effect's own tracer makes. */
 const collectSpans = () => {
@@ -467,5 +468,34 @@ describe("logs", () => {
       "key hkl_live_AbCdEf0123456789_-xyz; Authorization: Bearer sometoken123; secret whsec_c2VjcmV0c2VjcmV0+/=="
     )
     expect(text).toBe("key [REDACTED]; Authorization: Bearer [REDACTED]; secret [REDACTED]")
+  })
+})
+
+describe("the server process's own log (bun src/main.ts)", () => {
+  test("LOG_FORMAT=json: every line is one JSON entry, written once, with no key in it", async () => {
+    const databaseUrl = await createDatabase()
+    const shared = deployment(databaseUrl)
+    const server = await spawnServer({ deployment: shared, env: { LOG_FORMAT: "json", LOG_LEVEL: "info" } })
+    try {
+      const { key } = await adminClient(server, shared.adminToken).account({ monthly_balance: 10 })
+      expect((await server.request("/v1/wallet", { key })).status).toBe(200)
+      expect((await server.request(`/v1/wallet?api_key=${key}`)).status).toBe(401)
+      server.kill("SIGTERM")
+      expect(await server.exited).toBe(0)
+      const lines = server.output().split("\n").filter((line) => line.trim() !== "")
+      const entries = lines.map((line) => {
+        try {
+          return JSON.parse(line) as { message: unknown }
+        } catch {
+          throw new Error(`not a JSON log line: ${line}`)
+        }
+      })
+      const listening = entries.filter((entry) => String(entry.message).startsWith("Listening on"))
+      expect(listening).toHaveLength(1)
+      expect(entries.length).toBeGreaterThanOrEqual(3)
+      expect(server.output()).not.toContain(key)
+    } finally {
+      await dropDatabase(databaseUrl)
+    }
   })
 })

@@ -17,4 +17,7 @@ const NoopScorer = Layer.succeed(
   })
 )
 
-Layer.launch(appLayer(ServerLive, { background: true, scorer: NoopScorer })).pipe(Effect.provide(LoggingLive), BunRuntime.runMain)
+Layer.launch(appLayer(ServerLive, { background: true, scorer: NoopScorer })).pipe(
+  Effect.provide(LoggingLive),
+  (main) => BunRuntime.runMain(main, { disablePrettyLogger: true })
+)
