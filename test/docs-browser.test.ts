@@ -2,8 +2,9 @@
  * The /docs page in a real, headless Chromium: the reference lists every route of the
  * contract, and its "Try it out" form, authorized with a key, calls GET /v1/wallet.
  *
- * Needs Debian's chromium at /usr/bin/chromium or CHROMIUM_PATH (`.ci/run` installs it); where
- * it is absent the test fails with a message saying so, rather than passing unseen.
+ * Needs Debian's chromium at /usr/bin/chromium or CHROMIUM_PATH (`.ci/run` installs it). Where
+ * it is absent the test is skipped with a message saying so, except in CI (CI set), where it
+ * fails: CI must never pass without having run it.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
@@ -32,7 +33,11 @@ const contractRoutes = [
   "PUT /uploads/{token}"
 ]
 
-describe("/docs in a browser", () => {
+const haveChromium = existsSync(chromiumPath)
+const missingChromium = `No Chromium at ${chromiumPath}: apt-get install chromium, or set CHROMIUM_PATH.`
+if (!haveChromium && process.env.CI === undefined) console.warn(`docs-browser.test.ts: skipped. ${missingChromium}`)
+
+describe.skipIf(!haveChromium && process.env.CI === undefined)("/docs in a browser", () => {
   let server: TestServer
   let profile: string
   let context: BrowserContext
@@ -40,9 +45,7 @@ describe("/docs in a browser", () => {
   let account: { accountId: string; key: string }
 
   beforeAll(async () => {
-    if (!existsSync(chromiumPath)) {
-      throw new Error(`No Chromium at ${chromiumPath}: apt-get install chromium, or set CHROMIUM_PATH.`)
-    }
+    if (!haveChromium) throw new Error(missingChromium)
     server = await startTestServer()
     account = await server.account({ plan: "pro", monthly_balance: 250, topup_balance: 40 })
     profile = mkdtempSync(join(tmpdir(), "hookline-chromium-"))
