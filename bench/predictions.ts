@@ -200,8 +200,8 @@ export const runPredictionsBench = async (options: BenchOptions): Promise<Array<
   // Real analysis takes about a second of CPU per clip: longer windows, and twice as many clients
   // as workers so every worker always has the next clip uploaded.
   const scored: Window = {
-    warmupMs: options.quick ? 2_000 : 5_000,
-    durationMs: options.quick ? 8_000 : 30_000,
+    warmupMs: options.quick ? 1_500 : 5_000,
+    durationMs: options.quick ? 5_000 : 30_000,
     concurrency: workers * 2
   }
 

@@ -8,8 +8,8 @@ export interface BenchOptions {
 
 /** Window lengths and concurrency every scenario uses, so rows compare. */
 export const benchSettings = ({ quick }: BenchOptions) => ({
-  warmupMs: quick ? 300 : 3_000,
-  durationMs: quick ? 1_500 : 15_000,
+  warmupMs: quick ? 250 : 3_000,
+  durationMs: quick ? 1_200 : 15_000,
   /** Concurrent connections (HTTP) or operations (direct), like wrk's -c. */
   concurrency: 32
 })
