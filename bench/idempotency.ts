@@ -13,93 +13,10 @@
  */
 import { randomBytes } from "node:crypto"
 import { startTestServer, type TestServer } from "../test/support/server.js"
-
-export interface IdempotencyLoadResult {
-  readonly ok: number
-  readonly errors: number
-  readonly seconds: number
-  /** Successful grants per second. */
-  readonly throughput: number
-  readonly p50Ms: number
-  readonly p90Ms: number
-  readonly p99Ms: number
-  readonly maxMs: number
-  readonly firstError: string | null
-}
-
-/** One row per form, in the shape bench/run.ts tabulates (scenario, operation, unit, two sides). */
-export interface IdempotencyScenario {
-  readonly scenario: string
-  readonly operation: string
-  readonly unit: string
-  readonly hookline: IdempotencyLoadResult
-  readonly baseline: IdempotencyLoadResult
-  readonly note?: string
-}
+import { type LoadResult, LoadTally, measureInto } from "./support/load.js"
+import type { ScenarioResult } from "./support/report.js"
 
 const concurrency = 32
-
-const percentile = (sorted: ReadonlyArray<number>, p: number): number =>
-  sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]
-
-interface Tally {
-  readonly latencies: Array<number>
-  ok: number
-  errors: number
-  seconds: number
-  firstError: string | null
-}
-
-const newTally = (): Tally => ({ latencies: [], ok: 0, errors: 0, seconds: 0, firstError: null })
-
-/** `concurrency` workers calling `operation` back to back for one window; only calls inside it count. */
-const measureInto = async (
-  tally: Tally,
-  window: { readonly warmupMs: number; readonly durationMs: number },
-  operation: (worker: number, iteration: number) => Promise<boolean>,
-  iterations: Array<number>
-) => {
-  const windowStart = performance.now() + window.warmupMs
-  const windowEnd = windowStart + window.durationMs
-  await Promise.all(Array.from({ length: concurrency }, async (_, worker) => {
-    while (true) {
-      const began = performance.now()
-      if (began >= windowEnd) return
-      let succeeded = false
-      try {
-        succeeded = await operation(worker, iterations[worker]++)
-        if (!succeeded) tally.firstError ??= "unexpected answer"
-      } catch (error) {
-        tally.firstError ??= error instanceof Error ? error.message : String(error)
-      }
-      const ended = performance.now()
-      if (began < windowStart || ended > windowEnd) continue
-      if (succeeded) {
-        tally.ok++
-        tally.latencies.push(ended - began)
-      } else {
-        tally.errors++
-      }
-    }
-  }))
-  tally.seconds += window.durationMs / 1000
-}
-
-const summary = (tally: Tally): IdempotencyLoadResult => {
-  const sorted = [...tally.latencies].sort((a, b) => a - b)
-  const round = (value: number) => Number(value.toFixed(3))
-  return {
-    ok: tally.ok,
-    errors: tally.errors,
-    seconds: tally.seconds,
-    throughput: Math.round(tally.ok / tally.seconds),
-    p50Ms: round(percentile(sorted, 50)),
-    p90Ms: round(percentile(sorted, 90)),
-    p99Ms: round(percentile(sorted, 99)),
-    maxMs: round(sorted[sorted.length - 1] ?? Number.NaN),
-    firstError: tally.firstError
-  }
-}
 
 const grant = async (server: TestServer, accountId: string, idempotencyKey: string | null, expectReplay = false) => {
   const response = await fetch(`${server.url}/admin/accounts/${accountId}/credits`, {
@@ -115,7 +32,7 @@ const grant = async (server: TestServer, accountId: string, idempotencyKey: stri
   return response.status === 200 && (response.headers.get("idempotent-replayed") === "true") === expectReplay
 }
 
-export const runIdempotencyBench = async ({ quick }: { readonly quick: boolean }): Promise<Array<IdempotencyScenario>> => {
+export const runIdempotencyBench = async ({ quick }: { readonly quick: boolean }): Promise<Array<ScenarioResult>> => {
   // The three forms take turns in short rounds, so a machine busy with something else for a
   // while slows all of them alike instead of whichever ran then.
   const rounds = quick ? 3 : 6
@@ -132,27 +49,24 @@ export const runIdempotencyBench = async ({ quick }: { readonly quick: boolean }
       for (let i = 0; i < answered; i++) await grant(server, accountId, keyOf(worker, -1 - i))
     }))
 
-    const plain = newTally()
-    const idempotent = newTally()
-    const replay = newTally()
-    const idempotentIterations = accounts.map(() => 0)
+    const plain = new LoadTally()
+    const idempotent = new LoadTally()
+    const replay = new LoadTally()
+    // A new key for every idempotent grant, across all rounds.
+    const nextKey = accounts.map(() => 0)
+    const measure = (tally: LoadTally, operation: (worker: number, iteration: number) => Promise<boolean>) => () =>
+      measureInto(tally, { ...window, concurrency, operation })
     const forms = [
-      () => measureInto(plain, window, (worker) => grant(server, accounts[worker], null), accounts.map(() => 0)),
-      () => measureInto(idempotent, window, (worker, i) => grant(server, accounts[worker], keyOf(worker, i)), idempotentIterations),
-      () =>
-        measureInto(
-          replay,
-          window,
-          (worker, i) => grant(server, accounts[worker], keyOf(worker, -1 - (i % answered)), true),
-          accounts.map(() => 0)
-        )
+      measure(plain, (worker) => grant(server, accounts[worker], null)),
+      measure(idempotent, (worker) => grant(server, accounts[worker], keyOf(worker, nextKey[worker]++))),
+      measure(replay, (worker, i) => grant(server, accounts[worker], keyOf(worker, -1 - (i % answered)), true))
     ]
     for (let round = 0; round < rounds; round++) {
       for (let turn = 0; turn < forms.length; turn++) await forms[(round + turn) % forms.length]()
     }
-    const results = { plain: summary(plain), idempotent: summary(idempotent), replay: summary(replay) }
+    const results = { plain: plain.result(), idempotent: idempotent.result(), replay: replay.result() }
 
-    const overhead = (result: IdempotencyLoadResult) =>
+    const overhead = (result: LoadResult) =>
       `p50 ${(result.p50Ms - results.plain.p50Ms).toFixed(2)} ms over a plain grant, ` +
       `${Math.round((result.throughput / results.plain.throughput) * 100)}% of its throughput`
     const operation = `POST /admin/accounts/{id}/credits, ${concurrency} callers`

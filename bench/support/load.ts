@@ -62,14 +62,28 @@ export class LatencyRecorder {
   }
 }
 
-export const runLoad = async (options: LoadOptions): Promise<LoadResult> => {
-  const latencies = new LatencyRecorder()
-  const start = performance.now()
-  const windowStart = start + options.warmupMs
+/**
+ * What one or more measured windows of a scenario saw. A scenario measured in interleaved rounds
+ * (bench/idempotency.ts) adds each round's window to the same tally.
+ */
+export class LoadTally {
+  readonly latencies = new LatencyRecorder()
+  ok = 0
+  errors = 0
+  seconds = 0
+  firstError: string | null = null
+
+  result(): LoadResult {
+    const [p50Ms, p90Ms, p99Ms, maxMs] = this.latencies.percentiles(50, 90, 99, 100)
+    const { ok, errors, seconds, firstError } = this
+    return { ok, errors, seconds, throughput: ok / seconds, p50Ms, p90Ms, p99Ms, maxMs, firstError }
+  }
+}
+
+/** Runs one warm-up and measured window of `options`, adding what it measured to `tally`. */
+export const measureInto = async (tally: LoadTally, options: LoadOptions): Promise<void> => {
+  const windowStart = performance.now() + options.warmupMs
   const windowEnd = windowStart + options.durationMs
-  let ok = 0
-  let errors = 0
-  let firstError: string | null = null
 
   const worker = async (index: number) => {
     for (let iteration = 0; ; iteration++) {
@@ -78,26 +92,30 @@ export const runLoad = async (options: LoadOptions): Promise<LoadResult> => {
       let succeeded: boolean
       try {
         succeeded = await options.operation(index, iteration)
-        if (!succeeded) firstError ??= "operation reported failure"
+        if (!succeeded) tally.firstError ??= "operation reported failure"
       } catch (error) {
         succeeded = false
-        firstError ??= error instanceof Error ? error.message : String(error)
+        tally.firstError ??= error instanceof Error ? error.message : String(error)
       }
       const ended = performance.now()
       if (ended < windowStart || ended > windowEnd) continue
       if (succeeded) {
-        ok++
-        latencies.record(ended - began)
+        tally.ok++
+        tally.latencies.record(ended - began)
       } else {
-        errors++
+        tally.errors++
       }
     }
   }
 
   await Promise.all(Array.from({ length: options.concurrency }, (_, index) => worker(index)))
-  const seconds = options.durationMs / 1000
-  const [p50Ms, p90Ms, p99Ms, maxMs] = latencies.percentiles(50, 90, 99, 100)
-  return { ok, errors, seconds, throughput: ok / seconds, p50Ms, p90Ms, p99Ms, maxMs, firstError }
+  tally.seconds += options.durationMs / 1000
+}
+
+export const runLoad = async (options: LoadOptions): Promise<LoadResult> => {
+  const tally = new LoadTally()
+  await measureInto(tally, options)
+  return tally.result()
 }
 
 export interface HttpRequestSpec {
