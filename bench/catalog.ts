@@ -14,7 +14,9 @@
 import { createHmac, randomBytes } from "node:crypto"
 import { readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
+import { Option, Redacted } from "effect"
 import Pg from "pg"
+import { decodeCursor, signCursor } from "../src/Cursor.js"
 import {
   catalogVersionSql,
   categoryExistsSql,
@@ -24,6 +26,7 @@ import {
   topSortMs
 } from "../src/Hooks/CatalogSql.js"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
+import { cursorBinding, ListPosition, SearchPosition } from "../src/Hooks/HookCatalog.js"
 import { migrationsDirectory } from "../src/Sql.js"
 import { defaultDemoSeed, demoCategories, demoHook } from "../src/Hooks/DemoData.js"
 import { type BaselineContext, type BaselineRouteModule, newId, reserve, settle } from "./support/baseline.js"
@@ -128,25 +131,12 @@ export const queries = {
 
 const pageSize = 50
 
-const cursorTag = (secret: string, endpoint: string, binding: string, payload: Buffer) =>
-  createHmac("sha256", secret).update(`hookline-cursor/v1\0${endpoint}\0${binding}\0`).update(payload).digest().subarray(0, 16)
-
 const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: BaselineContext) => {
-  const secret = randomBytes(32).toString("base64url")
+  const secret = Redacted.make(randomBytes(32).toString("base64url"))
   const cacheEntries = Number(process.env.CATALOG_CACHE_ENTRIES ?? 1_000)
   const cache = new Map<string, { version: number; rows: Array<Record<string, unknown>> }>()
   const error = (status: number, type: string, message: string) => json({ error: { type, message, request_id: newId("req") } }, status)
 
-  const encode = (endpoint: string, binding: string, position: unknown) => {
-    const payload = Buffer.from(JSON.stringify(position))
-    return Buffer.concat([Buffer.of(1), cursorTag(secret, endpoint, binding, payload), payload]).toString("base64url")
-  }
-  const decode = (endpoint: string, binding: string, cursor: string): unknown => {
-    const raw = Buffer.from(cursor, "base64url")
-    if (raw.length <= 17 || raw[0] !== 1) return null
-    const payload = raw.subarray(17)
-    return raw.subarray(1, 17).equals(cursorTag(secret, endpoint, binding, payload)) ? JSON.parse(payload.toString()) : null
-  }
   const lean = (row: Record<string, unknown>) => ({
     id: row.id,
     text: row.text,
@@ -170,7 +160,6 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
   const page = async (
     accountId: string,
     operation: "search" | "list",
-    endpoint: string,
     binding: string,
     rows: () => Promise<Array<Record<string, unknown>>>,
     position: (row: Record<string, unknown>) => unknown
@@ -181,7 +170,7 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
     const data = found.slice(0, pageSize)
     const charge = Math.ceil(data.length / 25)
     const settled = await settle(pool, hold.id, charge)
-    const next = found.length > pageSize ? encode(endpoint, binding, position(data[data.length - 1])) : null
+    const next = found.length > pageSize ? signCursor(secret, binding, position(data[data.length - 1])) : null
     return json(
       { object: "list", data: data.map(lean), has_more: next !== null, next_cursor: next },
       200,
@@ -197,9 +186,10 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       const query = q.trim().replace(/\s+/g, " ").toLowerCase()
       if (q.length < 1 || q.length > 200 || query === "") return error(422, "validation_error", "q: invalid")
       const cursor = url.searchParams.get("cursor")
-      const after = cursor === null ? null : (decode("search", query, cursor) as [number | null, number, string] | null)
+      const binding = cursorBinding("search", query)
+      const after = cursor === null ? null : Option.getOrNull(decodeCursor(secret, binding, cursor, SearchPosition))
       if (cursor !== null && after === null) return error(400, "invalid_cursor", "Bad cursor.")
-      return page(caller.accountId, "search", "search", query, () =>
+      return page(caller.accountId, "search", binding, () =>
         cached(`search\0${query}`, after === null, async () =>
           (await pool.query(searchPageSql, [query, after?.[0] ?? null, after?.[1] ?? null, after?.[2] ?? null, pageSize + 1, 10_000])).rows), (row) => [row.k1, Number(row.k2), row.id])
     },
@@ -209,12 +199,13 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       const category = url.searchParams.get("category") ?? ""
       if (!/^[a-z0-9]+(?:-[a-z0-9]+)*$/.test(category) || category.length > 64) return error(422, "validation_error", "category: invalid")
       const cursor = url.searchParams.get("cursor")
-      const after = cursor === null ? null : (decode("list", category, cursor) as [number, string] | null)
+      const binding = cursorBinding("list", category)
+      const after = cursor === null ? null : Option.getOrNull(decodeCursor(secret, binding, cursor, ListPosition))
       if (cursor !== null && after === null) return error(400, "invalid_cursor", "Bad cursor.")
       if (!(await pool.query<{ found: boolean }>(categoryExistsSql, [category])).rows[0].found) {
         return error(422, "validation_error", "category: unknown slug")
       }
-      return page(caller.accountId, "list", "list", category, () =>
+      return page(caller.accountId, "list", binding, () =>
         cached(`list\0${category}`, after === null, async () =>
           (await pool.query(listPageSql, [category, after?.[0] ?? topSortMs, after?.[1] ?? "", pageSize + 1])).rows), (row) => [Number(row.k2), row.id])
     },

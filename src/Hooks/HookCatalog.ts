@@ -29,6 +29,9 @@ export type SearchPosition = typeof SearchPosition.Type
 export const ListPosition = Schema.Tuple(Schema.Int, Schema.String)
 export type ListPosition = typeof ListPosition.Type
 
+/** What a catalog cursor is bound to: its endpoint and the normalised query or the category. */
+export const cursorBinding = (endpoint: "search" | "list", queryOrCategory: string) => `hooks.${endpoint}\0${queryOrCategory}`
+
 const LeanRow = Schema.Struct({
   id: Schema.String,
   text: Schema.String,

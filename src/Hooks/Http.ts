@@ -11,7 +11,7 @@ import { readCursor, signCursor } from "../Cursor.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
 import { metered } from "../Ledger/Metering.js"
-import { HookCatalog, ListPosition, normaliseQuery, type Page, SearchPosition } from "./HookCatalog.js"
+import { cursorBinding, HookCatalog, ListPosition, normaliseQuery, type Page, SearchPosition } from "./HookCatalog.js"
 
 /** Credits a page of `rows` rows costs. */
 export const pageCost = (rows: number) => Math.ceil(rows / 25)
@@ -22,8 +22,6 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
   Effect.gen(function*() {
     const catalog = yield* HookCatalog
     const { cursorSecret } = yield* Secrets
-    // A cursor is bound to its endpoint and to the normalised query or the category.
-    const bindingOf = (endpoint: "search" | "list", query: string) => `hooks.${endpoint}\0${query}`
 
     const respond = <P>(binding: string, page: Page<P>) => ({
       object: "list" as const,
@@ -41,7 +39,7 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
         Effect.gen(function*() {
           const query = normaliseQuery(urlParams.q)
           if (query === "") return yield* new ValidationFailed({ message: "q: must contain a non-blank character" })
-          const binding = bindingOf("search", query)
+          const binding = cursorBinding("search", query)
           const after = yield* readCursor(cursorSecret, binding, urlParams.cursor, SearchPosition)
           return yield* metered({
             operation: "search",
@@ -52,7 +50,7 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
         }))
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
-          const binding = bindingOf("list", urlParams.category)
+          const binding = cursorBinding("list", urlParams.category)
           const after = yield* readCursor(cursorSecret, binding, urlParams.cursor, ListPosition)
           if (!(yield* catalog.categoryExists(urlParams.category))) {
             return yield* new ValidationFailed({
