@@ -7,7 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Option, type ParseResult, Schema } from "effect"
 import { ServiceUnavailable } from "../Errors.js"
 import { orDieOnDb } from "../Sql.js"
-import type { HookCategory, HookLean, HookRich } from "./Api.js"
+import { type HookCategory, HookLean, type HookRich } from "./Api.js"
 import {
   catalogVersionSql,
   categoryExistsSql,
@@ -32,16 +32,8 @@ export type ListPosition = typeof ListPosition.Type
 /** What a catalog cursor is bound to: its endpoint and the normalised query or the category. */
 export const cursorBinding = (endpoint: "search" | "list", queryOrCategory: string) => `hooks.${endpoint}\0${queryOrCategory}`
 
-const LeanRow = Schema.Struct({
-  id: Schema.String,
-  text: Schema.String,
-  platform: Schema.String,
-  media_type: Schema.NullOr(Schema.String),
-  thumbnail_url: Schema.NullOr(Schema.String),
-  category: Schema.NullOr(Schema.String),
-  hook_duration_sec: Schema.NullOr(Schema.Number),
-  published_at: Schema.NullOr(Schema.DateFromSelf)
-})
+/** A HookLean as the database returns it: published_at is a Date there, not an ISO string. */
+const LeanRow = Schema.Struct({ ...HookLean.fields, published_at: Schema.NullOr(Schema.DateFromSelf) })
 
 const SearchRow = Schema.Struct({ ...LeanRow.fields, k1: Schema.NullOr(Schema.Number), k2: Schema.Number })
 const ListRow = Schema.Struct({ ...LeanRow.fields, k2: Schema.Number })
