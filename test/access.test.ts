@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { type AccountBody, type ErrorBody, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
+import { expectEnvelope } from "./support/envelope.js"
 
 let server: TestServer
 
@@ -8,38 +9,31 @@ beforeAll(async () => {
 })
 afterAll(() => server.close())
 
-const expectError = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
-  expect(response.status).toBe(status)
-  const { error } = response.body as ErrorBody
-  expect(error.type).toBe(type)
-  expect(response.headers.get("x-request-id")).toBe(error.request_id)
-}
-
 describe("API keys", () => {
   test("a key in the query string is refused even with a valid bearer header", async () => {
     const { key } = await server.account()
-    expectError(await server.request(`/v1/wallet?api_key=${key}`, { key }), 401, "invalid_api_key")
-    expectError(await server.request(`/v1/wallet?key=${key}`, { key }), 401, "invalid_api_key")
+    expectEnvelope(await server.request(`/v1/wallet?api_key=${key}`, { key }), 401, "invalid_api_key")
+    expectEnvelope(await server.request(`/v1/wallet?key=${key}`, { key }), 401, "invalid_api_key")
   })
 
   test("the x-api-key header is ignored", async () => {
     const { key } = await server.account()
-    expectError(await server.request("/v1/wallet", { headers: { "x-api-key": key } }), 401, "invalid_api_key")
+    expectEnvelope(await server.request("/v1/wallet", { headers: { "x-api-key": key } }), 401, "invalid_api_key")
   })
 
   test("missing, malformed, unknown and revoked keys are 401", async () => {
     const { key, keyId } = await server.account()
-    expectError(await server.request("/v1/wallet"), 401, "invalid_api_key")
-    expectError(await server.request("/v1/wallet", { headers: { authorization: `Basic ${key}` } }), 401, "invalid_api_key")
-    expectError(await server.request("/v1/wallet", { key: "hkl_live_short" }), 401, "invalid_api_key")
-    expectError(await server.request("/v1/wallet", { key: key.replace("hkl_live_", "sk_live_") }), 401, "invalid_api_key")
-    expectError(await server.request("/v1/wallet", { key: `hkl_live_${"A".repeat(32)}` }), 401, "invalid_api_key")
+    expectEnvelope(await server.request("/v1/wallet"), 401, "invalid_api_key")
+    expectEnvelope(await server.request("/v1/wallet", { headers: { authorization: `Basic ${key}` } }), 401, "invalid_api_key")
+    expectEnvelope(await server.request("/v1/wallet", { key: "hkl_live_short" }), 401, "invalid_api_key")
+    expectEnvelope(await server.request("/v1/wallet", { key: key.replace("hkl_live_", "sk_live_") }), 401, "invalid_api_key")
+    expectEnvelope(await server.request("/v1/wallet", { key: `hkl_live_${"A".repeat(32)}` }), 401, "invalid_api_key")
     expect((await server.request("/v1/wallet", { key })).status).toBe(200)
     const revoked = await server.admin(`/admin/keys/${keyId}`, { method: "DELETE" })
     expect(revoked.body).toEqual({ object: "api_key", id: keyId, revoked: true })
     // The in-process key cache lives at most AUTH_CACHE_TTL (500 ms): a revocation holds within a second.
     await Bun.sleep(1_000)
-    expectError(await server.request("/v1/wallet", { key }), 401, "invalid_api_key")
+    expectEnvelope(await server.request("/v1/wallet", { key }), 401, "invalid_api_key")
   })
 
   test("the 401 message never echoes the key", async () => {
@@ -55,11 +49,11 @@ describe("accounts", () => {
     const patched = await server.admin<AccountBody>(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: true } })
     expect(patched.body.suspended).toBe(true)
     await Bun.sleep(1_000)
-    expectError(await server.request("/v1/wallet", { key }), 403, "account_suspended")
-    expectError(await server.request("/v1/hooks/search?q=x", { key }), 403, "account_suspended")
-    expectError(await server.request("/v1/webhooks", { key }), 403, "account_suspended")
+    expectEnvelope(await server.request("/v1/wallet", { key }), 403, "account_suspended")
+    expectEnvelope(await server.request("/v1/hooks/search?q=x", { key }), 403, "account_suspended")
+    expectEnvelope(await server.request("/v1/webhooks", { key }), 403, "account_suspended")
     // Check order: a key in the query string is refused before the suspension is looked at.
-    expectError(await server.request(`/v1/wallet?api_key=${key}`, { key }), 401, "invalid_api_key")
+    expectEnvelope(await server.request(`/v1/wallet?api_key=${key}`, { key }), 401, "invalid_api_key")
     await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: false } })
     await Bun.sleep(1_000)
     expect((await server.request("/v1/wallet", { key })).status).toBe(200)
@@ -79,18 +73,18 @@ describe("accounts", () => {
       ["POST", "/v1/webhooks/rotate"],
       ["POST", "/v1/webhooks/test"]
     ]) {
-      expectError(await server.request(path, { method, key }), 403, "api_not_enabled")
+      expectEnvelope(await server.request(path, { method, key }), 403, "api_not_enabled")
     }
     const wallet = await server.request("/v1/wallet", { key })
     expect(wallet.status).toBe(200)
     expect(wallet.body).toEqual({ object: "wallet", monthly_balance: 0, monthly_period_end: null, topup_balance: 0 })
     expect((await server.request("/v1/webhooks", { key })).status).toBe(200)
-    expectError(await server.request("/v1/predict/pred_0123456789abcdef0123456789abcdef", { key }), 404, "not_found")
+    expectEnvelope(await server.request("/v1/predict/pred_0123456789abcdef0123456789abcdef", { key }), 404, "not_found")
   })
 
   test("access rules come before input validation: no access with a bad query is still 403", async () => {
     const { key } = await server.account({ plan: "free" })
-    expectError(await server.request("/v1/hooks/search", { key }), 403, "api_not_enabled")
+    expectEnvelope(await server.request("/v1/hooks/search", { key }), 403, "api_not_enabled")
   })
 
   test("plan loss starts a new period, keeps the allowlist open and disables the webhook", async () => {
@@ -106,7 +100,7 @@ describe("accounts", () => {
     const { rows } = await server.db.query("SELECT enabled, url FROM webhooks WHERE account_id = $1", [accountId])
     expect(rows[0]).toEqual({ enabled: false, url: "https://example.com/hook" })
     await Bun.sleep(1_000)
-    expectError(await server.request("/v1/hooks/categories", { key }), 403, "api_not_enabled")
+    expectEnvelope(await server.request("/v1/hooks/categories", { key }), 403, "api_not_enabled")
     expect((await server.request("/v1/wallet", { key })).status).toBe(200)
     const state = await ledgerState(server.db, accountId)
     expect(state.monthly).toBe(state.journalMonthly)
@@ -133,7 +127,7 @@ describe("key scopes", () => {
     const others = ["hooks:read", "predict:write", "webhooks:write"].filter((s) => s !== scope)
     const { key } = await server.account({ scopes: others })
     const response = await server.request(path, { method, key })
-    expectError(response, 403, "api_not_enabled")
+    expectEnvelope(response, 403, "api_not_enabled")
     expect((response.body as ErrorBody).error.message).toContain(scope)
   })
 
@@ -147,7 +141,7 @@ describe("key scopes", () => {
     const { accountId, key } = await server.account({ scopes: [] })
     await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: true } })
     await Bun.sleep(1_000)
-    expectError(await server.request("/v1/hooks/search?q=x", { key }), 403, "account_suspended")
+    expectEnvelope(await server.request("/v1/hooks/search?q=x", { key }), 403, "account_suspended")
   })
 })
 
@@ -170,14 +164,14 @@ describe("rate limits", () => {
       expect(ok[0].headers.get("ratelimit-policy")).toBe('"pro";q=20;w=2')
       expect(ok[0].headers.get("ratelimit")).toMatch(/^"pro";r=\d+;t=\d+$/)
       const first = refused[0]
-      expectError(first, 429, "rate_limit_exceeded")
+      expectEnvelope(first, 429, "rate_limit_exceeded")
       expect(Number(first.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
       expect(first.headers.get("ratelimit")).toMatch(/^"pro";r=0;t=\d+$/)
       // Metered routes are limited too, before any reserve.
       const searches = await Promise.all(Array.from({ length: 30 }, () => limited.request("/v1/hooks/search?q=money", { key })))
       const refusedSearch = searches.find((a) => a.status === 429)
       expect(refusedSearch).toBeDefined()
-      expectError(refusedSearch!, 429, "rate_limit_exceeded")
+      expectEnvelope(refusedSearch!, 429, "rate_limit_exceeded")
       expect(refusedSearch!.headers.get("x-credits-charged")).toBeNull()
       const after = await ledgerState(limited.db, accountId)
       expect(after).toEqual(before)
@@ -195,7 +189,7 @@ describe("rate limits", () => {
       const answers = []
       for (let i = 0; i < 7; i++) answers.push(await limited.request("/v1/wallet", { key: `hkl_live_${"x".repeat(32)}` }))
       expect(answers.slice(0, 5).every((a) => a.status === 401)).toBe(true)
-      expectError(answers[6], 429, "rate_limit_exceeded")
+      expectEnvelope(answers[6], 429, "rate_limit_exceeded")
       expect(Number(answers[6].headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
     } finally {
       await limited.stop()

@@ -9,6 +9,7 @@ import Pg from "pg"
 import { hookColumns, upsertHooksSql } from "../src/Hooks/CatalogSql.js"
 import type { HookRecord } from "../src/Hooks/HookRecord.js"
 import { type ErrorBody, type HookPage, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
+import { expectEnvelope } from "./support/envelope.js"
 
 let server: TestServer
 let key: string
@@ -82,10 +83,9 @@ const list = <T = HookPage>(category: string, cursor?: string, options: { key?: 
 
 const ids = (response: Response<HookPage>): Array<string> => response.body.data.map((item) => item.id)
 
+/** An error answer, never charged. */
 const expectError = (response: Response, status: number, type: string) => {
-  const body = response.body as ErrorBody | null
-  expect({ status: response.status, type: body?.error?.type }).toEqual({ status, type })
-  expect(body!.error.request_id).toBe(response.headers.get("x-request-id")!)
+  expectEnvelope(response, status, type)
   expect(response.headers.get("x-credits-charged")).toBeNull()
 }
 

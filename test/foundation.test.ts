@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { type AccountBody, type ApiKeyBody, type ErrorBody, type OpenApiDocument, startTestServer, type TestServer } from "./support/server.js"
+import { expectEnvelope } from "./support/envelope.js"
 
 let server: TestServer
 let key: string
@@ -9,15 +10,6 @@ beforeAll(async () => {
   key = (await server.account()).key
 })
 afterAll(() => server.close())
-
-const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
-  expect(response.status).toBe(status)
-  const { error } = response.body as ErrorBody
-  expect(error.type).toBe(type)
-  expect(typeof error.message).toBe("string")
-  expect(error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
-  expect(response.headers.get("x-request-id")).toBe(error.request_id)
-}
 
 /** Every route of the contract, with a request that reaches it. */
 const routes: ReadonlyArray<readonly [string, string]> = [

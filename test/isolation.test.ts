@@ -19,6 +19,7 @@ import {
   type WebhookBody,
   type WebhookSecretBody
 } from "./support/server.js"
+import { expectEnvelope } from "./support/envelope.js"
 
 let server: TestServer
 const receiver = startReceiver()
@@ -29,13 +30,6 @@ let ownerSecondKey: string
 let finished: { predictionId: string; uploadId: string }
 let waiting: { predictionId: string; uploadId: string; uploadUrl: string }
 let ownerHistoryCursor: string
-
-const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
-  expect(response.status).toBe(status)
-  const { error } = response.body as ErrorBody
-  expect(error.type).toBe(type)
-  expect(error.request_id).toBe(response.headers.get("x-request-id")!)
-}
 
 /** Everything of the owner an intruder could try to read or change. */
 const ownerState = async () => ({

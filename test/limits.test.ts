@@ -5,20 +5,13 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { type ErrorBody, ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import { expectEnvelope } from "./support/envelope.js"
 
 let server: TestServer
 beforeAll(async () => {
   server = await startTestServer()
 })
 afterAll(() => server.close())
-
-const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
-  expect(response.status).toBe(status)
-  const { error } = response.body as ErrorBody
-  expect(error.type).toBe(type)
-  expect(typeof error.message).toBe("string")
-  expect(error.request_id).toBe(response.headers.get("x-request-id")!)
-}
 
 const journalRows = async (accountId: string) =>
   Number((await server.db.query("SELECT count(*) AS n FROM credit_journal WHERE account_id = $1", [accountId])).rows[0].n)

@@ -20,7 +20,6 @@ import {
   type ApiKeyBody,
   createDatabase,
   dropDatabase,
-  type ErrorBody,
   ledgerState,
   type PredictionBody,
   startTestServer,
@@ -28,6 +27,7 @@ import {
   type UploadLink,
   type WebhookEvent
 } from "./support/server.js"
+import { expectEnvelope } from "./support/envelope.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -70,15 +70,6 @@ const putClip = (url: string, clip: Clip) => put(url, readFileSync(clip.path))
 const expectReceived = (response: PutResponse, link: UploadLink) => {
   expect(response.status).toBe(200)
   expect(response.body).toEqual({ object: "upload", upload_id: link.upload_id, status: "received" })
-}
-
-const expectEnvelope = (response: { status: number; headers: Headers; body: unknown }, status: number, type: string) => {
-  expect(response.status).toBe(status)
-  const { error } = response.body as ErrorBody
-  expect(error.type).toBe(type)
-  expect(typeof error.message).toBe("string")
-  expect(error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
-  expect(response.headers.get("x-request-id")).toBe(error.request_id)
 }
 
 const getPrediction = (server: TestServer, key: string, id: string) => server.request<PredictionBody>(`/v1/predict/${id}`, { key })

@@ -30,6 +30,7 @@ import {
   type WebhookSecretBody,
   type WebhookTestBody
 } from "./support/server.js"
+import { expectEnvelope } from "./support/envelope.js"
 
 /** Every server of this file shares one key, so servers on one database read each other's secrets. */
 const webhookSecretKey = randomBytes(32).toString("base64url")
@@ -44,13 +45,6 @@ const env: Record<string, string> = {
   WEBHOOK_CLAIM_LEASE: "3s",
   WEBHOOK_SECRET_KEY: webhookSecretKey,
   PUBLIC_BASE_URL: "https://api.hookline.example"
-}
-
-const expectError = (response: { status: number; body: unknown }, status: number, type: string) => {
-  expect(response.status).toBe(status)
-  const { error } = response.body as ErrorBody
-  expect(error.type).toBe(type)
-  expect(error.request_id).toMatch(/^req_[0-9a-f]{32}$/)
 }
 
 const prediction = (status: "succeeded" | "failed" = "succeeded"): Prediction => ({
@@ -202,7 +196,7 @@ describe("the webhook resource", () => {
     const after = (await server.db.query("SELECT secret_ciphertext FROM webhooks WHERE account_id = $1", [accountId])).rows[0]
     expect(after).toEqual(before)
 
-    expectError(await server.request("/v1/webhooks/test", { method: "POST", key }), 422, "validation_error")
+    expectEnvelope(await server.request("/v1/webhooks/test", { method: "POST", key }), 422, "validation_error")
     expect(await events.enqueue(accountId)).toBeNull()
 
     const again = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: target.url } })
@@ -217,9 +211,9 @@ describe("the webhook resource", () => {
     expect(deleted.status).toBe(200)
     expect(deleted.body).toEqual({ object: "webhook", url: null, configured: false })
     const rotated = await server.request("/v1/webhooks/rotate", { method: "POST", key })
-    expectError(rotated, 422, "validation_error")
+    expectEnvelope(rotated, 422, "validation_error")
     const sent = await server.request("/v1/webhooks/test", { method: "POST", key })
-    expectError(sent, 422, "validation_error")
+    expectEnvelope(sent, 422, "validation_error")
     expect((sent.body as ErrorBody).error.message).toContain("No webhook is configured")
   })
 
@@ -284,7 +278,7 @@ describe("the webhook resource", () => {
     ]
     for (const [body, mention] of cases) {
       const response = await server.request("/v1/webhooks", { method: "PUT", key, body })
-      expectError(response, 422, "validation_error")
+      expectEnvelope(response, 422, "validation_error")
       expect((response.body as ErrorBody).error.message).toContain(mention)
     }
     expect((await server.request<WebhookBody>("/v1/webhooks", { key })).body.configured).toBe(false)
@@ -301,7 +295,7 @@ describe("the webhook resource", () => {
     ]
     for (const [method, path] of routes) {
       const response = await server.request(path, { method, key, body: method === "PUT" ? { url: "http://127.0.0.1:9/" } : undefined })
-      expectError(response, 403, "api_not_enabled")
+      expectEnvelope(response, 403, "api_not_enabled")
     }
   })
 
@@ -317,7 +311,7 @@ describe("the webhook resource", () => {
     await eventually("the plan loss seen by the key cache", async () =>
       (await server.request("/v1/hooks/categories", { key })).status === 403
     )
-    expectError(await server.request("/v1/webhooks", { method: "PUT", key, body: { url: target.url } }), 403, "api_not_enabled")
+    expectEnvelope(await server.request("/v1/webhooks", { method: "PUT", key, body: { url: target.url } }), 403, "api_not_enabled")
     expect(await events.enqueue(accountId)).toBeNull()
   })
 })
@@ -643,7 +637,7 @@ describe("SSRF protection (private targets not allowed)", () => {
   test.each(refused)("PUT %s → 422 (%s)", async (url, range) => {
     const { key } = await strict.account()
     const response = await strict.request("/v1/webhooks", { method: "PUT", key, body: { url } })
-    expectError(response, 422, "validation_error")
+    expectEnvelope(response, 422, "validation_error")
     expect((response.body as ErrorBody).error.message).toMatch(/^url: /)
     expect((response.body as ErrorBody).error.message).toContain(`a ${range} address`)
     expect((await strict.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: null, configured: false })
@@ -652,7 +646,7 @@ describe("SSRF protection (private targets not allowed)", () => {
   test("a host name that resolves to loopback (localhost) → 422", async () => {
     const { key } = await strict.account()
     const response = await strict.request("/v1/webhooks", { method: "PUT", key, body: { url: "http://localhost:8080/hook" } })
-    expectError(response, 422, "validation_error")
+    expectEnvelope(response, 422, "validation_error")
     expect((response.body as ErrorBody).error.message).toContain("the host localhost resolves to")
     expect((response.body as ErrorBody).error.message).toContain("loopback address")
   })
@@ -671,7 +665,7 @@ describe("SSRF protection (private targets not allowed)", () => {
     await strict.db.query("UPDATE webhooks SET url = $2 WHERE account_id = $1", [accountId, target.url])
 
     const sent = await strict.request("/v1/webhooks/test", { method: "POST", key })
-    expectError(sent, 422, "validation_error")
+    expectEnvelope(sent, 422, "validation_error")
     expect((sent.body as ErrorBody).error.message).toContain("loopback address")
 
     const deliveryId = await strictEvents.enqueue(accountId)
