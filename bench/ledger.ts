@@ -8,7 +8,7 @@
  * Before measuring, one operation is traced to check that the baseline's statements are still
  * the Ledger's (whitespace aside): if the Ledger's SQL changed, the row says so.
  */
-import { ConfigProvider, Effect, Layer, ManagedRuntime, Tracer } from "effect"
+import { ConfigProvider, Effect, Layer, ManagedRuntime } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -19,19 +19,11 @@ import { normalizeSql, reserve, reserveStatement, resolveStatement, settle } fro
 import { runLoad } from "./support/load.js"
 import { createAccounts, freshDatabase, poolSize, startHookline } from "./support/processes.js"
 import { type BenchOptions, benchSettings, type ScenarioResult } from "./support/report.js"
+import { collectSpans } from "../test/support/spans.js"
 
 /** The Ledger's statements as it runs them, from the spans of one reserve + settle. */
 const ledgerStatements = async (runtime: ManagedRuntime.ManagedRuntime<Ledger, unknown>, accountId: string) => {
-  const spans: Array<Tracer.Span> = []
-  const native = Effect.runSync(Effect.tracer)
-  const collector = Tracer.make({
-    span(name, parent, context, links, startTime, kind, options) {
-      const span = native.span(name, parent, context, links, startTime, kind, options)
-      spans.push(span)
-      return span
-    },
-    context: (f, fiber) => native.context(f, fiber)
-  })
+  const { spans, tracer: collector } = collectSpans()
   await runtime.runPromise(
     Effect.flatMap(Ledger, (ledger) =>
       Effect.flatMap(ledger.reserve(accountId, 1, { operation: "hook" }), (hold) => ledger.settle(hold.id, 1))

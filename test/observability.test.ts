@@ -11,24 +11,10 @@ import { join } from "node:path"
 import { LoggingLive, redactCredentials } from "../src/Logging.js"
 import { currentTraceParent, linkedTo } from "../src/Observability/Tracing.js"
 import { ffmpegPath } from "./support/clips.js"
+import { collectSpans } from "./support/spans.js"
 import { startReceiver } from "./support/receiver.js"
 import { adminClient, deployment, spawnServer } from "./support/process.js"
 import { createDatabase, dropDatabase, ledgerState, startTestServer, type TestServer } from "./support/server.js"
-
-/** A tracer that keeps every span Effect's own tracer makes. */
-const collectSpans = () => {
-  const spans: Array<Tracer.Span> = []
-  const native = Effect.runSync(Effect.tracer)
-  const tracer = Tracer.make({
-    span(name, parent, context, links, startTime, kind, options) {
-      const span = native.span(name, parent, context, links, startTime, kind, options)
-      spans.push(span)
-      return span
-    },
-    context: (f, fiber) => native.context(f, fiber)
-  })
-  return { spans, tracer }
-}
 
 /**
  * Waits for a condition the server reaches just after it answers (the span ends and the access

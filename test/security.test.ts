@@ -5,22 +5,14 @@
  * revoked keys are answered alike (the timings are measured and printed, not asserted).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Effect, Logger, Tracer } from "effect"
+import { Logger } from "effect"
 import { randomBytes } from "node:crypto"
 import { smallClip } from "./support/process.js"
 import { eventually, startReceiver } from "./support/receiver.js"
 import { type ApiKeyBody, startTestServer, type TestServer, type UploadLink, type WebhookSecretBody, type WebhookTestBody } from "./support/server.js"
+import { collectSpans } from "./support/spans.js"
 
-const spans: Array<Tracer.Span> = []
-const native = Effect.runSync(Effect.tracer)
-const tracer = Tracer.make({
-  span(name, parent, context, links, startTime, kind, options) {
-    const span = native.span(name, parent, context, links, startTime, kind, options)
-    spans.push(span)
-    return span
-  },
-  context: (f, fiber) => native.context(f, fiber)
-})
+const { spans, tracer } = collectSpans()
 const logLines: Array<string> = []
 
 let server: TestServer
