@@ -10,6 +10,7 @@ import { join } from "node:path"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { defaultDemoSeed, demoCatalogEnd, demoCategories, demoHook } from "../src/Hooks/DemoData.js"
 import { derivedHookId, validateHookRecord } from "../src/Hooks/HookRecord.js"
+import { embeddedEnvironment, freePort, startUntilBanner } from "./support/process.js"
 import { createDatabase, dropDatabase, type HookPage, startTestServer, type TestServer, testPool } from "./support/server.js"
 
 describe("the generator", () => {
@@ -111,28 +112,9 @@ describe("embedded mode", () => {
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
 
   test("the demo catalog is searchable, listable and pageable on PGlite", async () => {
-    const probe = Bun.serve({ port: 0, fetch: () => new Response() })
-    const port = probe.port
-    probe.stop(true)
-    const env: Record<string, string> = {}
-    for (const [name, value] of Object.entries(process.env)) {
-      if (value !== undefined && name !== "DATABASE_URL" && name !== "ADMIN_TOKEN") env[name] = value
-    }
-    const child = Bun.spawn([process.execPath, "src/main.ts"], {
-      cwd: join(import.meta.dir, ".."),
-      env: { ...env, DATA_DIR: dataDir, PORT: String(port), DEMO_CATALOG_SIZE: "300", LOG_LEVEL: "Warning" },
-      stdout: "pipe",
-      stderr: "pipe"
-    })
+    const port = freePort()
+    const { child, output } = await startUntilBanner(embeddedEnvironment(dataDir, port, 300))
     try {
-      const reader = child.stdout.getReader()
-      let output = ""
-      while (!output.includes("curl -s")) {
-        const { value, done } = await reader.read()
-        if (done) throw new Error(`server exited: ${output}${await new Response(child.stderr).text()}`)
-        output += new TextDecoder().decode(value)
-      }
-      reader.releaseLock()
       const key = /demo API key:\s+(hkl_live_\S+)/.exec(output)![1]
       const get = async <T = HookPage>(path: string) => {
         const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { authorization: `Bearer ${key}` } })

@@ -2,41 +2,15 @@ import { afterAll, describe, expect, test } from "bun:test"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { embeddedEnvironment, freePort, startUntilBanner } from "./support/process.js"
 
 const root = join(import.meta.dir, "..")
 const bun = process.execPath
 const dataDir = mkdtempSync(join(tmpdir(), "hookline-embedded-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
 
-const freePort = () => {
-  const probe = Bun.serve({ port: 0, fetch: () => new Response() })
-  const port = probe.port ?? 0
-  probe.stop(true)
-  return port
-}
-
-const environment = (port: number) => {
-  const env: Record<string, string> = {}
-  for (const [name, value] of Object.entries(process.env)) {
-    if (value !== undefined && name !== "DATABASE_URL" && name !== "ADMIN_TOKEN") env[name] = value
-  }
-  return { ...env, DATA_DIR: dataDir, PORT: String(port), DEMO_CATALOG_SIZE: "200", LOG_LEVEL: "Warning" }
-}
-
-/** Starts `bun src/main.ts` with no DATABASE_URL and waits for the banner. */
-const start = async (port: number) => {
-  const child = Bun.spawn([bun, "src/main.ts"], { cwd: root, env: environment(port), stdout: "pipe", stderr: "pipe" })
-  const started = Date.now()
-  const reader = child.stdout.getReader()
-  let output = ""
-  while (!output.includes("curl -s")) {
-    const { value, done } = await reader.read()
-    if (done) throw new Error(`server exited: ${output}${await new Response(child.stderr).text()}`)
-    output += new TextDecoder().decode(value)
-  }
-  reader.releaseLock()
-  return { child, output, startupMs: Date.now() - started }
-}
+const environment = (port: number) => embeddedEnvironment(dataDir, port, 200)
+const start = (port: number) => startUntilBanner(environment(port))
 
 const stop = async (child: ReturnType<typeof Bun.spawn>) => {
   child.kill("SIGTERM")

@@ -41,7 +41,7 @@ export interface ServerProcess {
 }
 
 /** Inherited environment minus anything that would point the child elsewhere. */
-const baseEnvironment = () => {
+export const baseEnvironment = () => {
   const env: Record<string, string> = {}
   for (const [name, value] of Object.entries(process.env)) {
     if (value === undefined) continue
@@ -71,6 +71,33 @@ export const deployment = (databaseUrl: string): Deployment => ({
   cursorSecret: randomBytes(32).toString("base64url"),
   webhookSecretKey: randomBytes(32).toString("base64url")
 })
+
+/** The environment of `bun src/main.ts` in embedded mode: no DATABASE_URL, PGlite in `dataDir`. */
+export const embeddedEnvironment = (dataDir: string, port: number, demoCatalogSize: number): Record<string, string> => ({
+  ...baseEnvironment(),
+  DATA_DIR: dataDir,
+  PORT: String(port),
+  DEMO_CATALOG_SIZE: String(demoCatalogSize),
+  LOG_LEVEL: "Warning"
+})
+
+/**
+ * Starts `bun src/main.ts` with `env` and waits for its start-up banner, which ends with the
+ * ready-to-paste curl lines; returns the process, what it printed and how long that took.
+ */
+export const startUntilBanner = async (env: Record<string, string>) => {
+  const child = Bun.spawn([process.execPath, "src/main.ts"], { cwd: root, env, stdout: "pipe", stderr: "pipe" })
+  const started = Date.now()
+  const reader = child.stdout.getReader()
+  let output = ""
+  while (!output.includes("curl -s")) {
+    const { value, done } = await reader.read()
+    if (done) throw new Error(`server exited: ${output}${await new Response(child.stderr).text()}`)
+    output += new TextDecoder().decode(value)
+  }
+  reader.releaseLock()
+  return { child, output, startupMs: Date.now() - started }
+}
 
 /** Starts `bun src/main.ts` and resolves once /healthz answers 200. */
 export const spawnServer = async (options: {
