@@ -25,7 +25,7 @@ import { untracedPaths } from "./Observability/Routes.js"
 import { WalletHandlers } from "./Ledger/Http.js"
 import { PredictHandlers, UploadHandlers } from "./Predictions/Http.js"
 import { SystemHandlers } from "./System/Http.js"
-import { headerLimitMiddleware, isNulCharacterRefusal, nulCharacterRefused, refuseControlCharactersInPath } from "./System/InputGuards.js"
+import { HeaderLimitConfig, headerLimitMiddleware, isNulCharacterRefusal, nulCharacterRefused, refuseControlCharactersInPath } from "./System/InputGuards.js"
 import { shutdownGateMiddleware } from "./System/Shutdown.js"
 import { WebhooksHandlers } from "./Webhooks/Http.js"
 
@@ -138,7 +138,11 @@ export const ApiLive = HttpApiBuilder.api(HooklineApi).pipe(
 )
 
 /** Everything the HTTP server serves, before a server is attached. */
-export const HttpAppLive = HttpApiBuilder.serve((app) => requestIdMiddleware(shutdownGateMiddleware(headerLimitMiddleware(app)))).pipe(
+export const HttpAppLive = Layer.unwrapEffect(
+  // The head limit is read once here, not on every request.
+  Effect.map(HeaderLimitConfig, (headLimit) =>
+    HttpApiBuilder.serve((app) => requestIdMiddleware(shutdownGateMiddleware(headerLimitMiddleware(headLimit)(app)))))
+).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(ErrorEnvelopeLive),

@@ -30,10 +30,9 @@ export const requestHeadBytes = (request: HttpServerRequest.HttpServerRequest): 
   return bytes
 }
 
-/** Serve-level (outside the router): refuses an oversized head with 431 and the envelope. */
-export const headerLimitMiddleware = HttpMiddleware.make((app) =>
+/** Serve-level (outside the router): refuses a head over `limit` bytes with 431 and the envelope. */
+export const headerLimitMiddleware = (limit: number) => HttpMiddleware.make((app) =>
   Effect.gen(function*() {
-    const limit = yield* Effect.orDie(HeaderLimitConfig)
     const request = yield* HttpServerRequest.HttpServerRequest
     if (requestHeadBytes(request) <= limit) return yield* app
     const requestId = yield* RequestId
