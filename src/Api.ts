@@ -5,6 +5,7 @@ import {
   InternalErrorWire,
   NotFoundWire,
   PayloadTooLargeWire,
+  UnsupportedMediaTypeWire,
   ValidationFailedWire
 } from "./Errors.js"
 import { HooksApi } from "./Hooks/Api.js"
@@ -24,6 +25,7 @@ export class HooklineApi extends HttpApi.make("hookline")
   .addError(ValidationFailedWire)
   .addError(NotFoundWire)
   .addError(PayloadTooLargeWire)
+  .addError(UnsupportedMediaTypeWire)
   .addError(InternalErrorWire)
   .annotate(OpenApi.Title, "Hookline API")
   .annotate(OpenApi.Version, "1.0.0")

@@ -3,7 +3,6 @@
  * main.ts attaches it to a Bun server; the tests do the same on a random port.
  */
 import { HttpRouter, HttpServer } from "@effect/platform"
-import { BunHttpServer } from "@effect/platform-bun"
 import { Effect, Layer } from "effect"
 import { Accounts } from "./Admin/Accounts.js"
 import { Auth } from "./Auth/Auth.js"
@@ -23,7 +22,8 @@ import { PredictionsSweeperLive } from "./Predictions/Sweeper.js"
 import { WorkerLive } from "./Predictions/Worker.js"
 import { RateLimits } from "./RateLimit/RateLimits.js"
 import { SqlLive } from "./Sql.js"
-import { DrainOnShutdownLive, ShutdownGate } from "./System/Shutdown.js"
+import * as Server from "./System/Server.js"
+import { DrainOnShutdownLive, type ShutdownGate } from "./System/Shutdown.js"
 import { DispatcherLive } from "./Webhooks/Dispatcher.js"
 import { Webhooks } from "./Webhooks/Webhooks.js"
 
@@ -41,7 +41,6 @@ export const ServicesLive = Layer.mergeAll(
   BlobStore.Default,
   WorkSignal.Default,
   Predictions.Default,
-  ShutdownGate.Default,
   Secrets.Live
 )
 
@@ -53,16 +52,19 @@ const maxRequestBodySize = 300 * 1024 * 1024
 
 export const ServerLive = Layer.unwrapEffect(
   Effect.map(ServerConfig, (config) =>
-    BunHttpServer.layer({ port: config.port, hostname: config.host, maxRequestBodySize, idleTimeout: 60 })
+    Server.layer({ port: config.port, hostname: config.host, maxRequestBodySize, idleTimeout: 60 })
   )
 )
+
+/** What the application needs from its HTTP server layer (Server.layer provides it). */
+export type ServerServices = HttpServer.HttpServer | HttpRouter.HttpRouter.DefaultServices | ShutdownGate
 
 /**
  * The running application, given an HTTP server layer. The admin CLI serves the API in its own
  * process without the background fibers (it must not claim jobs or deliveries).
  */
 export const appLayer = <E, R>(
-  server: Layer.Layer<HttpServer.HttpServer | HttpRouter.HttpRouter.DefaultServices, E, R>,
+  server: Layer.Layer<ServerServices, E, R>,
   options: {
     readonly background: boolean
     /** The clip scorer the workers use (tests and benchmarks swap it); default: ClipScorer.Default. */
@@ -71,7 +73,7 @@ export const appLayer = <E, R>(
 ) =>
   Layer.mergeAll(
     // Acquired after the HTTP app, so on shutdown it drains requests before the app is torn down.
-    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive.pipe(HttpServer.withLogAddress, Layer.provide(server)))),
+    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive.pipe(HttpServer.withLogAddress)), Layer.provideMerge(server)),
     options.background ? BackgroundLive.pipe(Layer.provide(options.scorer ?? ClipScorer.Default)) : Layer.empty
   ).pipe(
     Layer.provideMerge(ServicesLive),

@@ -117,7 +117,7 @@ export const UploadExpiredWire = envelope(UploadExpired, "upload_expired", 410, 
 export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", {
   message: Schema.String
 }) {}
-export const UnsupportedMediaTypeWire = envelope(UnsupportedMediaType, "unsupported_media_type", 415, "The file is not an MP4, MOV or WebM video.")
+export const UnsupportedMediaTypeWire = envelope(UnsupportedMediaType, "unsupported_media_type", 415, "The body's media type is not accepted: JSON routes take application/json, the upload takes an MP4, MOV or WebM video.")
 
 /** The errors any /v1 route may answer with once its key is accepted. */
 export type AccessError = InvalidApiKey | AccountSuspended | ApiNotEnabled | RateLimitExceeded

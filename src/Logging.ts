@@ -1,12 +1,13 @@
 /**
  * Structured logs: JSON lines with LOG_FORMAT=json (production), logfmt with LOG_FORMAT=logfmt,
  * readable lines otherwise. Every line logged while a request runs carries its `request_id`
- * (src/Http.ts annotates the request's fiber); the access line is observeRequests'.
+ * (added here from the fiber's RequestId); the access line is the front door's (src/System/Server.ts).
  *
  * No code logs a key, a secret or a header. As a last line of defence every message and
  * annotation is also scrubbed of anything shaped like a Hookline credential.
  */
-import { Config, ConfigError, Effect, Either, HashMap, Layer, Logger, LogLevel } from "effect"
+import { Config, ConfigError, Context, Effect, Either, FiberRef, FiberRefs, HashMap, Layer, Logger, LogLevel } from "effect"
+import { RequestId } from "./Errors.js"
 
 const levels: Record<string, LogLevel.LogLevel> = {
   all: LogLevel.All,
@@ -39,6 +40,21 @@ export const redactCredentials = (text: string): string =>
 
 const redactValue = (value: unknown): unknown => (typeof value === "string" ? redactCredentials(value) : value)
 
+/** The request id of the fiber that logs, when it serves a request (the front door provides it). */
+const requestIdOf = (fiberRefs: FiberRefs.FiberRefs): string | null => {
+  const id = Context.get(FiberRefs.getOrDefault(fiberRefs, FiberRef.currentContext), RequestId)
+  return id === RequestId.defaultValue() ? null : id
+}
+
+/** The same logger, with the request id added to every line logged while a request runs. */
+export const withRequestId = <Output>(logger: Logger.Logger<unknown, Output>): Logger.Logger<unknown, Output> =>
+  Logger.mapInputOptions(logger, (options) => {
+    const requestId = requestIdOf(options.context)
+    return requestId === null || HashMap.has(options.annotations, "request_id")
+      ? options
+      : { ...options, annotations: HashMap.set(options.annotations, "request_id", requestId) }
+  })
+
 /** The same logger, with credential-shaped text in messages and annotations replaced. */
 export const redacting = <Output>(logger: Logger.Logger<unknown, Output>): Logger.Logger<unknown, Output> =>
   Logger.mapInputOptions(logger, (options) => ({
@@ -60,6 +76,6 @@ export const LoggingLive = Layer.unwrapEffect(
       : format === "logfmt"
       ? Logger.withConsoleLog(Logger.logfmtLogger)
       : Logger.prettyLoggerDefault
-    return Layer.merge(Logger.replace(Logger.defaultLogger, redacting(logger)), Logger.minimumLogLevel(level))
+    return Layer.merge(Logger.replace(Logger.defaultLogger, redacting(withRequestId(logger))), Logger.minimumLogLevel(level))
   })
 )

@@ -38,7 +38,8 @@ const hookId = `hook_${"ab".repeat(16)}`
 
 beforeAll(async () => {
   server = await startTestServer(
-    { LOG_LEVEL: "Info", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true" },
+    // Every request traced, so each test sees its spans (sampling has its own tests).
+    { LOG_LEVEL: "Info", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true", OTEL_TRACES_SAMPLER: "always_on" },
     // The plain JSON logger, without the redaction net: the lines must be clean by construction.
     { tracer: collected.tracer, logger: Logger.map(Logger.jsonLogger, (line) => logLines.push(line)) }
   )
@@ -220,6 +221,7 @@ describe("tracing", () => {
     })
     const exporting = await startTestServer({
       OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${collector.port}`,
+      OTEL_TRACES_SAMPLER: "always_on",
       OTEL_SERVICE_NAME: "hookline-test",
       OTEL_EXPORT_INTERVAL: "100 millis"
     })

@@ -20,7 +20,7 @@ const receiver = startReceiver()
 
 beforeAll(async () => {
   server = await startTestServer(
-    { LOG_LEVEL: "All", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true", AUTH_CACHE_TTL: "0 millis" },
+    { LOG_LEVEL: "All", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true", AUTH_CACHE_TTL: "0 millis", OTEL_TRACES_SAMPLER: "always_on" },
     // Every level, the plain JSON logger without the redaction net: clean by construction or not at all.
     { tracer, logger: Logger.map(Logger.jsonLogger, (line) => logLines.push(line)) }
   )

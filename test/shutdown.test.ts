@@ -57,6 +57,7 @@ describe("graceful shutdown", () => {
         FFPROBE_PATH: probe.path,
         WORKER_CONCURRENCY: "1",
         OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${collector.port}`,
+        OTEL_TRACES_SAMPLER: "always_on",
         // Only the shutdown flush exports: nothing is sent on a timer during the test.
         OTEL_EXPORT_INTERVAL: "1 hour"
       }

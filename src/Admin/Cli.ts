@@ -8,13 +8,13 @@
  *   against DATABASE_URL or the embedded database, and calls that.
  */
 import { FetchHttpClient, HttpServer } from "@effect/platform"
-import { BunHttpServer } from "@effect/platform-bun"
 import { ConfigProvider, Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { parseArgs } from "node:util"
 import { appLayer } from "../App.js"
+import * as Server from "../System/Server.js"
 import { loadServerSecrets, ServerConfig } from "../Config.js"
 import { makeHooklineClient } from "../client.js"
 import { dataDirHolder } from "../EmbeddedDb.js"
@@ -89,11 +89,10 @@ const adminEndpoint = Effect.gen(function*() {
   const provider = ConfigProvider.fromMap(new Map([["ADMIN_TOKEN", adminToken]])).pipe(
     ConfigProvider.orElse(() => ConfigProvider.fromEnv())
   )
-  const server = yield* Layer.build(BunHttpServer.layer({ port: 0, hostname: "127.0.0.1", maxRequestBodySize: 2 ** 31 }))
-  yield* Layer.build(
-    appLayer(Layer.succeedContext(server), { background: false }).pipe(Layer.provide(Layer.setConfigProvider(provider)))
+  const app = yield* Layer.build(
+    appLayer(Server.layerLoopback(2 ** 31), { background: false }).pipe(Layer.provide(Layer.setConfigProvider(provider)))
   )
-  const address = Context.get(server, HttpServer.HttpServer).address
+  const address = Context.get(app, HttpServer.HttpServer).address
   const port = address._tag === "TcpAddress" ? address.port : 0
   return { baseUrl: `http://127.0.0.1:${port}`, adminToken }
 })

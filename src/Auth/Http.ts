@@ -10,6 +10,7 @@ import { HooklineApi } from "../Api.js"
 import { AccountSuspended, ApiNotEnabled, InvalidApiKey } from "../Errors.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
+import { ClientAddress } from "../System/Server.js"
 import { AccessRule, type AccessRuleValue, Authentication } from "./Api.js"
 import { Auth, apiKeyPattern } from "./Auth.js"
 import { hasApiAccess } from "./Plans.js"
@@ -37,9 +38,10 @@ export const AuthenticationLive = Layer.effect(
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           const query = yield* HttpServerRequest.ParsedSearchParams
-          const clientAddress = Option.getOrElse(request.remoteAddress, () => "unknown")
           const refuse = (message: string) =>
-            rateLimits.failedAuthentication(clientAddress).pipe(Effect.zipRight(invalidKey(message)))
+            Effect.flatMap(ClientAddress, (address) => rateLimits.failedAuthentication(address())).pipe(
+              Effect.zipRight(invalidKey(message))
+            )
           if ("api_key" in query || "key" in query) {
             return yield* refuse("API keys are not accepted in the query string; send Authorization: Bearer <key>.")
           }

@@ -59,22 +59,37 @@ const httpDuration = histogram(
   "Time from request to response, by route template, method and status."
 )
 
-/** One answered request. `route` is a template from Routes.routeOf, never a raw path. */
-export const recordRequest = (route: string, method: string, status: number, seconds: number) =>
-  Effect.sync(() => {
+/** The request counter and histogram of each route, method and status, resolved once. */
+const requestInstruments = new Map<string, { readonly count: Updatable; readonly duration: Updatable }>()
+
+/**
+ * One answered request, recorded synchronously by the front door (src/System/Server.ts).
+ * `route` is a template from Routes.routeOf, never a raw path.
+ */
+export const recordRequestNow = (route: string, method: string, status: number, seconds: number): void => {
+  const id = `${route} ${method} ${status}`
+  let instruments = requestInstruments.get(id)
+  if (instruments === undefined) {
     const tags = { route, method, status: String(status) }
-    add(httpRequests(tags), 1)
-    add(httpDuration(tags), seconds)
-  })
+    instruments = { count: httpRequests(tags), duration: httpDuration(tags) }
+    requestInstruments.set(id, instruments)
+  }
+  add(instruments.count, 1)
+  add(instruments.duration, seconds)
+}
 
 const creditsCharged = counter(
   "hookline_credits_charged_total",
-  "Credits taken by settled holds, by operation (search, list, hook, prediction)."
+  "Credits taken (settled holds and charges taken at once), by operation (search, list, hook, prediction)."
 )
 const holdsResolved = counter(
   "hookline_holds_resolved_total",
   "Holds resolved, by operation and outcome (settled, refunded, voided)."
 )
+
+/** Credits taken at once, with no hold (Ledger.charge). */
+export const recordCreditsCharged = (operation: string, charged: number) =>
+  Effect.sync(() => add(creditsCharged({ operation }), charged))
 
 /** A hold resolved by the Ledger, with the credits it finally took. */
 export const recordHoldResolved = (operation: string, outcome: "settled" | "refunded" | "voided", charged: number) =>

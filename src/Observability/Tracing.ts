@@ -12,7 +12,7 @@ import { FetchHttpClient, Headers, HttpTraceContext } from "@effect/platform"
 import * as OtlpMetrics from "@effect/opentelemetry/OtlpMetrics"
 import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
 import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
-import { Config, Duration, Effect, Layer, Option, Tracer } from "effect"
+import { Config, Context, Duration, Effect, FiberRef, Layer, Option, Tracer } from "effect"
 import { publicPath } from "./Routes.js"
 
 export const TracingConfig = Config.all({
@@ -106,15 +106,18 @@ export const TracingLive = Layer.unwrapEffect(
  * Sets an attribute on the request's server span, from anywhere inside the request (an inner
  * span such as Ledger.settle does not catch it). Outside a request it marks the current span.
  */
-export const annotateRequestSpan = (key: string, value: unknown) =>
-  Effect.map(Effect.option(Effect.currentSpan), (current) => {
-    const start = Option.getOrUndefined(current)
+export const annotateRequestSpan = (key: string, value: unknown): Effect.Effect<void> =>
+  Effect.withFiberRuntime((fiber) => {
+    // Untraced (unsampled) requests carry no span: nothing to look up.
+    if (!fiber.getFiberRef(FiberRef.currentTracerEnabled)) return Effect.void
+    const start = Option.getOrUndefined(Context.getOption(fiber.currentContext, Tracer.ParentSpan))
     let span = start
-    while (span !== undefined && span.kind !== "server") {
-      const parent = Option.getOrUndefined(span.parent)
-      span = parent?._tag === "Span" ? parent : undefined
+    while (span !== undefined && span._tag === "Span" && span.kind !== "server") {
+      span = Option.getOrUndefined(span.parent)
     }
-    ;(span ?? start)?.attribute(key, value)
+    const target = span?._tag === "Span" ? span : start?._tag === "Span" ? start : undefined
+    target?.attribute(key, value)
+    return Effect.void
   })
 
 /**

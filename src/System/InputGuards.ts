@@ -16,59 +16,42 @@
  *   carrying one. Whatever route lets one through to a statement (its transaction rolled back,
  *   its hold refunded), the answer is 422 `validation_error`, not a 500.
  */
-import { HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { SqlError } from "@effect/sql/SqlError"
-import { Config, Effect } from "effect"
-import { NotFound, RequestId, ValidationFailed } from "../Errors.js"
+import { Config } from "effect"
+import { ValidationFailed } from "../Errors.js"
 
 export const HeaderLimitConfig = Config.integer("MAX_HEADER_BYTES").pipe(Config.withDefault(12 * 1024))
 
-/** Bytes of the head as sent: `METHOD url HTTP/1.1`, then `name: value` per header, CRLF-terminated. */
-export const requestHeadBytes = (request: HttpServerRequest.HttpServerRequest): number => {
-  let bytes = Buffer.byteLength(request.method) + 1 + Buffer.byteLength(request.url) + 11
-  for (const [name, value] of Object.entries(request.headers)) bytes += Buffer.byteLength(name) + 2 + Buffer.byteLength(value) + 2
-  return bytes
-}
-
-/** Serve-level (outside the router): refuses a head over `limit` bytes with 431 and the envelope. */
-export const headerLimitMiddleware = (limit: number) => HttpMiddleware.make((app) =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    if (requestHeadBytes(request) <= limit) return yield* app
-    const requestId = yield* RequestId
-    return HttpServerResponse.unsafeJson(
-      {
-        error: {
-          type: "headers_too_large",
-          message: `The request line and headers are larger than ${limit} bytes.`,
-          request_id: requestId
-        }
-      },
-      { status: 431, headers: { "x-request-id": requestId, "connection": "close" } }
-    )
+/**
+ * Whether the head as sent (`METHOD url HTTP/1.1`, then `name: value` per header, each line
+ * CRLF-terminated) fits in `limit` bytes. UTF-8 takes at most 3 bytes per UTF-16 unit, so
+ * the exact byte count is only taken for heads whose length alone cannot decide.
+ */
+export const requestHeadBytesAtMost = (request: Request, url: string, limit: number): boolean => {
+  let units = request.method.length + 1 + url.length + 11
+  const lines: Array<string> = []
+  request.headers.forEach((value, name) => {
+    units += name.length + 2 + value.length + 2
+    lines.push(name, value)
   })
-)
+  if (units * 3 <= limit) return true
+  if (units > limit) return false
+  let bytes = Buffer.byteLength(request.method) + 1 + Buffer.byteLength(url) + 11
+  for (const text of lines) bytes += Buffer.byteLength(text) + 2
+  return bytes <= limit
+}
 
 const controlCharacter = /[\u0000-\u001f\u007f]/
 
-const decodedPath = (url: string): string | null => {
-  const query = url.indexOf("?")
-  const path = query === -1 ? url : url.slice(0, query)
+/** A path with a control character (or broken percent-encoding) names no resource. */
+export const hasControlCharacterInPath = (path: string): boolean => {
+  if (!path.includes("%")) return controlCharacter.test(path)
   try {
-    return decodeURIComponent(path)
+    return controlCharacter.test(decodeURIComponent(path))
   } catch {
-    return null
+    return true
   }
 }
-
-/** API-level: a path with a control character (or an undecodable one) names no resource. */
-export const refuseControlCharactersInPath = Effect.gen(function*() {
-  const request = yield* HttpServerRequest.HttpServerRequest
-  const path = decodedPath(request.url)
-  if (path === null || controlCharacter.test(path)) {
-    return yield* new NotFound({ message: "No resource has a path with control characters or broken percent-encoding." })
-  }
-})
 
 /** PostgreSQL's answer to text holding U+0000: `invalid byte sequence for encoding "UTF8": 0x00` (22021). */
 export const isNulCharacterRefusal = (defect: unknown): boolean => {

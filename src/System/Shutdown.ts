@@ -4,7 +4,7 @@
  * HTTP app, so its release runs first, while the database, the services and the request fibers
  * are all still alive:
  *
- * 1. the gate closes: every new request (on a new or a kept-alive connection) is answered
+ * 1. the gate (a counter in the front door, src/System/Server.ts) closes: every new request (on a new or a kept-alive connection) is answered
  *    503 `service_unavailable` with `Connection: close`, so clients and load balancers go elsewhere;
  * 2. requests already admitted run to the end, for at most SHUTDOWN_GRACE_PERIOD (default 10 s);
  * 3. then the rest of the application releases: the HTTP server interrupts whatever request is
@@ -13,78 +13,63 @@
  *
  * Background fibers are interrupted alongside step 2 (they are independent of requests).
  */
-import { HttpMiddleware, HttpServerResponse } from "@effect/platform"
-import { Config, Duration, Effect, Layer, Ref, Stream, SubscriptionRef } from "effect"
-import { RequestId } from "../Errors.js"
+import { Config, Duration, Effect, Layer } from "effect"
 
 export const ShutdownConfig = Config.all({
   /** How long admitted requests may keep running after a shutdown signal. */
   gracePeriod: Config.duration("SHUTDOWN_GRACE_PERIOD").pipe(Config.withDefault(Duration.seconds(10)))
 })
 
+/**
+ * The admission gate of the front door (src/System/Server.ts): a plain counter of the requests
+ * in flight and a draining flag, touched synchronously on every request (no fiber, no Ref).
+ */
 export class ShutdownGate extends Effect.Service<ShutdownGate>()("hookline/ShutdownGate", {
   effect: Effect.gen(function*() {
     const config = yield* ShutdownConfig
-    const draining = yield* Ref.make(false)
-    const inFlight = yield* SubscriptionRef.make(0)
+    let inFlight = 0
+    let draining = false
+    let whenIdle: (() => void) | null = null
 
-    /** Admits a request unless draining; the counter moves in one step with the check. */
-    const admit = Effect.flatMap(Ref.get(draining), (closed) =>
-      closed ? Effect.succeed(false) : Effect.as(SubscriptionRef.update(inFlight, (n) => n + 1), true))
+    /** Admits a request (counts it) unless draining. */
+    const enter = (): boolean => {
+      if (draining) return false
+      inFlight++
+      return true
+    }
 
-    const release = SubscriptionRef.update(inFlight, (n) => n - 1)
+    const leave = (): void => {
+      inFlight--
+      if (inFlight === 0 && whenIdle !== null) whenIdle()
+    }
+
+    const idle = Effect.async<void>((resume) => {
+      if (inFlight === 0) return resume(Effect.void)
+      whenIdle = () => resume(Effect.void)
+      return Effect.sync(() => (whenIdle = null))
+    })
 
     /** Closes the gate, then waits for admitted requests to finish, up to the grace period. */
     const drain = Effect.gen(function*() {
-      yield* Ref.set(draining, true)
-      const running = yield* SubscriptionRef.get(inFlight)
+      draining = true
       yield* Effect.logInfo("shutting down: refusing new requests, finishing those in flight").pipe(
-        Effect.annotateLogs({ in_flight: running, grace_period: Duration.format(config.gracePeriod) })
+        Effect.annotateLogs({ in_flight: inFlight, grace_period: Duration.format(config.gracePeriod) })
       )
-      const finished = yield* inFlight.changes.pipe(
-        Stream.takeUntil((n) => n <= 0),
-        Stream.runDrain,
+      const finished = yield* idle.pipe(
         // Finalizers run uninterruptibly; the wait must be interruptible for the timeout to end it.
         Effect.interruptible,
         Effect.timeoutTo({ duration: config.gracePeriod, onSuccess: () => true, onTimeout: () => false })
       )
       if (!finished) {
         yield* Effect.logWarning("grace period over: interrupting the requests still running").pipe(
-          Effect.annotateLogs({ in_flight: yield* SubscriptionRef.get(inFlight) })
+          Effect.annotateLogs({ in_flight: inFlight })
         )
       }
     })
 
-    return { admit, release, drain, isDraining: Ref.get(draining), inFlight: SubscriptionRef.get(inFlight) } as const
+    return { enter, leave, drain, isDraining: () => draining, inFlight: () => inFlight } as const
   })
 }) {}
-
-const refusal = (requestId: string) =>
-  HttpServerResponse.unsafeJson(
-    {
-      error: {
-        type: "service_unavailable",
-        message: "The server is shutting down; retry the request.",
-        request_id: requestId
-      }
-    },
-    { status: 503, headers: { "x-request-id": requestId, "connection": "close", "retry-after": "1" } }
-  )
-
-/**
- * Counts the requests it lets through, and refuses new ones once draining. Goes inside the
- * request-id middleware (the refusal carries the request id and is in the access log).
- */
-export const shutdownGateMiddleware = HttpMiddleware.make((app) =>
-  Effect.gen(function*() {
-    const gate = yield* ShutdownGate
-    return yield* Effect.acquireUseRelease(
-      gate.admit,
-      (admitted) => (admitted ? app : Effect.map(RequestId, refusal)),
-      (admitted) => (admitted ? gate.release : Effect.void)
-    )
-  })
-)
 
 /** Acquire it after the HTTP app (so its release runs first): drains on shutdown. */
 export const DrainOnShutdownLive = Layer.scopedDiscard(

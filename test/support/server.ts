@@ -3,7 +3,6 @@
  * or TEST_DATABASE_URL), the whole application layer on a random port, real HTTP.
  */
 import { HttpServer } from "@effect/platform"
-import { BunHttpServer } from "@effect/platform-bun"
 import { ConfigProvider, Context, Effect, Exit, Layer, Logger, LogLevel, Scope, type Tracer } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync } from "node:fs"
@@ -11,6 +10,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import Pg from "pg"
 import { appLayer } from "../../src/App.js"
+import { withRequestId } from "../../src/Logging.js"
+import * as Server from "../../src/System/Server.js"
 import type { ClipScorer } from "../../src/Predictions/Scorer.js"
 
 export const adminDatabaseUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
@@ -305,19 +306,17 @@ export const startTestServer = async (
   const provider = ConfigProvider.fromMap(settings).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
   const level = LogLevel.fromLiteral((settings.get("LOG_LEVEL") ?? "Warning") as LogLevel.Literal)
   const scope = Effect.runSync(Scope.make())
-  const serverContext = await Effect.runPromise(
-    Layer.buildWithScope(BunHttpServer.layer({ port: 0, hostname: "127.0.0.1", maxRequestBodySize: 300 * 1024 * 1024 }), scope)
-  )
-  const layer = appLayer(Layer.succeedContext(serverContext), { background: options.background ?? true, scorer: options.scorer }).pipe(
+  const layer = appLayer(Server.layerLoopback(), { background: options.background ?? true, scorer: options.scorer }).pipe(
     Layer.provide(Logger.minimumLogLevel(level)),
-    Layer.provide(options.logger === undefined ? Layer.empty : Logger.replace(Logger.defaultLogger, options.logger)),
+    // Request ids added as LoggingLive adds them (no redaction: a test's lines must be clean by construction).
+    Layer.provide(options.logger === undefined ? Layer.empty : Logger.replace(Logger.defaultLogger, withRequestId(options.logger))),
     Layer.provide(options.tracer === undefined ? Layer.empty : Layer.setTracer(options.tracer)),
     Layer.provide(Layer.setConfigProvider(provider))
   )
-  await Effect.runPromise(
+  const app = await Effect.runPromise(
     Layer.buildWithScope(layer, scope).pipe(Effect.withConfigProvider(provider), Logger.withMinimumLogLevel(level))
   )
-  const address = Context.get(serverContext, HttpServer.HttpServer).address
+  const address = Context.get(app, HttpServer.HttpServer).address
   if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
   const url = `http://127.0.0.1:${address.port}`
   const db = testPool(databaseUrl, 4)
