@@ -1,7 +1,8 @@
 /**
  * The catalog routes. Every check that can reject a request (blank query, unknown category,
  * bad cursor, malformed id) runs before the credit reserve, so invalid requests are never
- * charged; search and list then reserve 2 and settle ceil(rows / 25), get hook costs 1.
+ * charged; search and list then reserve 2 and settle ceil(rows / 25); get hook charges 1 at once
+ * once the hook is found (one statement, no hold).
  */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
@@ -10,7 +11,7 @@ import { Secrets } from "../Config.js"
 import { readCursor, signCursor } from "../Cursor.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
-import { metered } from "../Ledger/Metering.js"
+import { chargedAtOnce, metered } from "../Ledger/Metering.js"
 import { cursorBinding, HookCatalog, ListPosition, normaliseQuery, type Page, SearchPosition } from "./HookCatalog.js"
 
 /** Credits a page of `rows` rows costs. */
@@ -70,13 +71,9 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
           if (!hookId.test(path.id)) return yield* notFound
           const hook = yield* catalog.hook(path.id)
           if (Option.isNone(hook)) return yield* notFound
-          return yield* metered({
-            operation: "hook",
-            reserve: 1,
-            referenceId: path.id,
-            run: () => Effect.succeed(hook.value),
-            cost: () => 1
-          })
+          // The hook is found before anything is taken: an unknown id costs nothing.
+          yield* chargedAtOnce({ operation: "hook", amount: 1, referenceId: path.id })
+          return hook.value
         }))
   })
 )

@@ -14,7 +14,7 @@ import { Config, Duration, Effect, Option, Schema } from "effect"
 import type { Bucket } from "../Admin/Api.js"
 import { InsufficientCredits, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
-import { recordHoldResolved } from "../Observability/Metrics.js"
+import { recordCreditsCharged, recordHoldResolved } from "../Observability/Metrics.js"
 import { orDieOnDb } from "../Sql.js"
 import { toNullableTimestamp } from "../Schemas.js"
 import type { Wallet } from "./Api.js"
@@ -145,17 +145,28 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
       }).pipe(Effect.catchTag("NoSuchElementException", () => Effect.dieMessage(`No wallet for account ${accountId}`)))
 
     /**
-     * Takes `amount` from the wallet into a pending hold: monthly first, then top-up.
-     * One statement: the wallet row is locked and re-read, updated only when the total covers
-     * the amount, and the hold and its journal rows are written alongside. Fails with
-     * InsufficientCredits (nothing changed) when the total is short.
+     * Takes `amount` from the wallet: monthly first, then top-up. One statement: the wallet row
+     * is locked and re-read, updated only when the total covers the amount, and its journal rows
+     * (and, for a hold, the pending hold) are written alongside. Fails with InsufficientCredits
+     * (nothing changed) when the total is short.
+     *
+     * `holdId` null is a charge taken at once: its journal rows are `reserve` rows with no hold,
+     * final as they stand (the credit history lists them as charges).
      */
-    const reserve = (accountId: string, amount: number, options: ReserveOptions) =>
+    const debit = (accountId: string, amount: number, holdId: string | null, options: ReserveOptions) =>
       Effect.gen(function*() {
-        if (!Number.isInteger(amount) || amount <= 0) return yield* Effect.dieMessage(`Invalid reserve amount ${amount}`)
-        const holdId = newId("hold")
+        if (!Number.isInteger(amount) || amount <= 0) return yield* Effect.dieMessage(`Invalid debit amount ${amount}`)
         // The database clock decides expiry, so processes with skewed clocks agree.
         const expiresAt = options.expires === false ? sql`NULL::timestamptz` : sql`now() + make_interval(secs => ${holdTimeoutMs / 1000})`
+        const hold = holdId === null
+          ? sql`hold AS (SELECT NULL::text AS id)`
+          : sql`hold AS (
+            INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at)
+            SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${options.operation},
+                   ${options.referenceId ?? null}, ${options.requestId ?? null}, ${expiresAt}
+              FROM upd
+            RETURNING id
+          )`
         const attempt = sql`
           WITH old AS (
             SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
@@ -172,13 +183,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
             RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
                       w.monthly_balance, w.topup_balance, o.t AS topup_before
           ),
-          hold AS (
-            INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at)
-            SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${options.operation},
-                   ${options.referenceId ?? null}, ${options.requestId ?? null}, ${expiresAt}
-              FROM upd
-            RETURNING id
-          ),
+          ${hold},
           journal AS (
             INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
             SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
@@ -204,16 +209,30 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
         const r = row.value
         if (r.monthly_balance === null || r.topup_balance === null) {
           return yield* new InsufficientCredits({
-            message: `This request reserves ${amount} credits and the wallet holds fewer.`
+            message: `This request ${holdId === null ? "costs" : "reserves"} ${amount} credits and the wallet holds fewer.`
           })
         }
-        return {
-          id: holdId,
-          accountId,
-          amount,
-          balancesAfter: { monthly: r.monthly_balance, topup: r.topup_balance }
-        } satisfies Hold
-      }).pipe(Effect.withSpan("Ledger.reserve", { attributes: { accountId, amount } }))
+        return { monthly: r.monthly_balance, topup: r.topup_balance } satisfies Balances
+      })
+
+    /** Takes `amount` into a pending hold (see `debit`), to settle or refund later. */
+    const reserve = (accountId: string, amount: number, options: ReserveOptions) => {
+      const holdId = newId("hold")
+      return debit(accountId, amount, holdId, options).pipe(
+        Effect.map((balancesAfter): Hold => ({ id: holdId, accountId, amount, balancesAfter })),
+        Effect.withSpan("Ledger.reserve", { attributes: { accountId, amount } })
+      )
+    }
+
+    /**
+     * Takes a fixed `amount` at once, with no hold: for a request whose price is known before it
+     * runs and whose work is done (a single hook), one round trip instead of reserve + settle.
+     */
+    const charge = (accountId: string, amount: number, options: ReserveOptions) =>
+      debit(accountId, amount, null, options).pipe(
+        Effect.tap(() => recordCreditsCharged(options.operation, amount)),
+        Effect.withSpan("Ledger.charge", { attributes: { accountId, amount } })
+      )
 
     /**
      * Resolves a pending hold: posts `charge` (≤ reserved; monthly first, as it was spent) and
@@ -394,6 +413,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
     return {
       wallet: (accountId: string) => orDieOnDb(wallet(accountId)),
       reserve: (accountId: string, amount: number, options: ReserveOptions) => orDieOnDb(reserve(accountId, amount, options)),
+      charge: (accountId: string, amount: number, options: ReserveOptions) => orDieOnDb(charge(accountId, amount, options)),
       settle: (holdId: string, amount: number) => orDieOnDb(settle(holdId, amount)),
       refund: (holdId: string) => orDieOnDb(refund(holdId)),
       voidExpiredHolds: orDieOnDb(voidExpiredHolds),

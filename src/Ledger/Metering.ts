@@ -53,3 +53,22 @@ export const metered = <A, E, R>(options: {
       (hold, exit) => (Exit.isSuccess(exit) ? Effect.void : ledger.refund(hold.id))
     )
   })
+
+/**
+ * A fixed price taken at once, for work already done (a single hook): one statement, no hold,
+ * with the X-Credits-* headers. Fails with InsufficientCredits when the wallet is short.
+ */
+export const chargedAtOnce = (options: { readonly operation: Operation; readonly amount: number; readonly referenceId?: string }) =>
+  Effect.gen(function*() {
+    const ledger = yield* Ledger
+    const caller = yield* CurrentCaller
+    const requestId = yield* RequestId
+    const balances = yield* ledger.charge(caller.accountId, options.amount, {
+      operation: options.operation,
+      referenceId: options.referenceId ?? null,
+      requestId
+    })
+    yield* creditHeaders(options.amount, balances)
+    yield* annotateRequestSpan(SpanAttributes.operation, options.operation)
+    yield* annotateRequestSpan(SpanAttributes.creditsCharged, options.amount)
+  })
