@@ -29,10 +29,10 @@ import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { cursorBinding, ListPosition, SearchPosition } from "../src/Hooks/HookCatalog.js"
 import { migrationsDirectory } from "../src/Sql.js"
 import { defaultDemoSeed, demoCategories, demoHook } from "../src/Hooks/DemoData.js"
-import { type BaselineContext, type BaselineRouteModule, newId, reserve, settle } from "./support/baseline.js"
-import { httpOperation, runLoad } from "./support/load.js"
+import { type BaselineContext, type BaselineRouteModule, charge, newId, reserve, settle } from "./support/baseline.js"
 import { adminDatabaseUrl, createAccounts, startBaseline, startHookline } from "./support/processes.js"
 import { type BenchOptions, benchSettings, type ScenarioResult } from "./support/report.js"
+import { runHttpLoad } from "./support/wrk.js"
 
 /** Hooks in the catalog: 1,000,000 (100,000 with --quick); BENCH_CATALOG_SIZE overrides both. */
 const catalogSizeFor = (quick: boolean) => Number(process.env.BENCH_CATALOG_SIZE ?? (quick ? 100_000 : 1_000_000))
@@ -215,9 +215,8 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       if (!/^hook_[0-9a-f]{32}$/.test(params.id)) return error(404, "not_found", "No such hook.")
       const { rows } = await pool.query(hookSql, [params.id])
       if (rows.length === 0) return error(404, "not_found", "No such hook.")
-      const hold = await reserve(pool, caller.accountId, 1, { operation: "hook", referenceId: params.id, requestId: newId("req") })
-      if (hold === null) return error(402, "insufficient_credits", "Not enough credits.")
-      const settled = await settle(pool, hold.id, 1)
+      const settled = await charge(pool, caller.accountId, 1, { operation: "hook", referenceId: params.id, requestId: newId("req") })
+      if (settled === null) return error(402, "insufficient_credits", "Not enough credits.")
       const row = rows[0]
       return json(
         {
@@ -297,14 +296,17 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
       const keyOf = (worker: number) => ({ authorization: `Bearer ${accounts[worker % accounts.length].key}` })
       for (const scenario of scenarios(cached)) {
         progress(scenario.scenario)
-        const measure = (url: string) =>
-          runLoad({ ...settings, operation: httpOperation(url, (worker, iteration) => ({ path: scenario.path(iteration, worker), headers: keyOf(worker) })) })
+        // The same cycle of requests for both sides: each of the 32 keys with 64 paths of the pool.
+        const requests = Array.from({ length: 64 }, (_, iteration) =>
+          Array.from({ length: settings.concurrency }, (_, worker) => ({ path: scenario.path(iteration, worker), headers: keyOf(worker) }))).flat()
+        const measure = (server: { readonly url: string; readonly pid: number }) =>
+          runHttpLoad({ ...settings, url: server.url, serverPid: server.pid, requests })
         rows.push({
           scenario: scenario.scenario,
           operation: scenario.operation,
           unit: "req/s",
-          hookline: await measure(hookline.url),
-          baseline: await measure(baseline.url)
+          hookline: await measure(hookline),
+          baseline: await measure(baseline)
         })
       }
     } finally {

@@ -2,10 +2,15 @@
  * Wallet and categories over HTTP: the real server against the bare baseline, same database,
  * same keys, same load. Both routes are unmetered, so the ratio is the framework's own cost per
  * request (decode, middleware, encode, tracing, metrics) on top of one small query.
+ *
+ * The framework-floor row puts a number on the part Hookline cannot remove: a minimal HttpApi
+ * on the same stack (bench/support/floor.ts, no database) against a bare Bun.serve. Hookline's
+ * wallet CPU per request is read against the floor's (issue 13 aims at ≤ 2×).
  */
-import { httpOperation, runLoad } from "./support/load.js"
-import { createAccounts, freshDatabase, startBaseline, startHookline } from "./support/processes.js"
+import type { HttpRequestSpec } from "./support/load.js"
+import { createAccounts, freshDatabase, startBaseline, startFloor, startHookline } from "./support/processes.js"
 import { type BenchOptions, benchSettings, type ScenarioResult } from "./support/report.js"
+import { runHttpLoad } from "./support/wrk.js"
 
 const categories = Array.from({ length: 24 }, (_, i) => ({ slug: `category-${i + 1}`, name: `Category ${String(i + 1).padStart(2, "0")}` }))
 
@@ -16,28 +21,52 @@ export const runCoreBench = async (options: BenchOptions): Promise<Array<Scenari
   try {
     const accounts = await createAccounts(hookline, settings.concurrency)
     await hookline.admin("PUT", "/catalog/categories", categories)
+    const requests = (path: string): Array<HttpRequestSpec> =>
+      accounts.map((account) => ({ path, headers: { authorization: `Bearer ${account.key}` } }))
+    const measure = (path: string) => (server: { readonly url: string; readonly pid: number }) =>
+      runHttpLoad({ ...settings, url: server.url, serverPid: server.pid, requests: requests(path) })
+
+    const floor = await (async () => {
+      const keys = accounts.map((account) => account.key)
+      const framework = await startFloor("framework", keys)
+      try {
+        const bare = await startFloor("bare", keys)
+        try {
+          return {
+            scenario: "framework floor",
+            operation: "minimal HttpApi GET, bearer Map lookup, no database",
+            unit: "req/s",
+            hookline: await measure("/v1/wallet")(framework),
+            baseline: await measure("/v1/wallet")(bare),
+            note: "Hookline column: a minimal Effect HttpApi on BunHttpServer (bench/support/floor.ts); baseline: bare Bun.serve"
+          } satisfies ScenarioResult
+        } finally {
+          await bare.stop()
+        }
+      } finally {
+        await framework.stop()
+      }
+    })()
+
     const baseline = await startBaseline(databaseUrl)
     try {
-      const keyOf = (worker: number) => ({ authorization: `Bearer ${accounts[worker % accounts.length].key}` })
-      const measure = (path: string) => async (url: string) =>
-        runLoad({ ...settings, operation: httpOperation(url, (worker) => ({ path, headers: keyOf(worker) })) })
-
       const wallet = measure("/v1/wallet")
       const listCategories = measure("/v1/hooks/categories")
       return [
+        floor,
         {
           scenario: "wallet",
           operation: `GET /v1/wallet, ${accounts.length} keys`,
           unit: "req/s",
-          hookline: await wallet(hookline.url),
-          baseline: await wallet(baseline.url)
+          hookline: await wallet(hookline),
+          baseline: await wallet(baseline)
         },
         {
           scenario: "categories",
           operation: `GET /v1/hooks/categories (${categories.length})`,
           unit: "req/s",
-          hookline: await listCategories(hookline.url),
-          baseline: await listCategories(baseline.url)
+          hookline: await listCategories(hookline),
+          baseline: await listCategories(baseline)
         }
       ]
     } finally {

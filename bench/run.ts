@@ -111,6 +111,7 @@ const side = (result: ScenarioResult["hookline"]) =>
     p90_ms: round(result.p90Ms),
     p99_ms: round(result.p99Ms),
     max_ms: round(result.maxMs),
+    cpu_ms_per_request: result.cpuMsPerRequest === undefined || result.cpuMsPerRequest === null ? null : Math.round(result.cpuMsPerRequest * 1000) / 1000,
     ok: result.ok,
     errors: result.errors,
     first_error: result.firstError

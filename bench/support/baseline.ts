@@ -50,15 +50,27 @@ export interface ReserveOptions {
   readonly requestId?: string | null
 }
 
-/** src/Ledger/Ledger.ts `reserve`, the statement and its parameters in the same order. */
+/**
+ * src/Ledger/Ledger.ts `debit`, the statement and its parameters in the same order: `reserve`
+ * with a hold id, `charge` (taken at once, no hold) with null.
+ */
 export const reserveStatement = (
   accountId: string,
   amount: number,
   options: ReserveOptions,
-  holdId: string,
+  holdId: string | null,
   expiresInSeconds: number | null
 ) => {
   const expiresAt = expiresInSeconds === null ? sql`NULL::timestamptz` : sql`now() + make_interval(secs => ${expiresInSeconds})`
+  const hold = holdId === null
+    ? sql`hold AS (SELECT NULL::text AS id)`
+    : sql`hold AS (
+            INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at)
+            SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${options.operation},
+                   ${options.referenceId ?? null}, ${options.requestId ?? null}, ${expiresAt}
+              FROM upd
+            RETURNING id
+          )`
   return sql`
           WITH old AS (
             SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
@@ -75,13 +87,7 @@ export const reserveStatement = (
             RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
                       w.monthly_balance, w.topup_balance, o.t AS topup_before
           ),
-          hold AS (
-            INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at)
-            SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${options.operation},
-                   ${options.referenceId ?? null}, ${options.requestId ?? null}, ${expiresAt}
-              FROM upd
-            RETURNING id
-          ),
+          ${hold},
           journal AS (
             INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
             SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
@@ -150,6 +156,16 @@ export const reserve = async (pool: Pg.Pool, accountId: string, amount: number, 
   if (row === undefined) throw new Error(`No wallet for account ${accountId}`)
   if (row.monthly_balance === null || row.topup_balance === null) return null
   return { id: holdId, monthly: Number(row.monthly_balance), topup: Number(row.topup_balance) }
+}
+
+/** The Ledger's charge (taken at once, no hold) on a pool: the balances after, or null when short. */
+export const charge = async (pool: Pg.Pool, accountId: string, amount: number, options: ReserveOptions) => {
+  const statement = reserveStatement(accountId, amount, options, null, holdTimeoutSeconds)
+  const { rows } = await pool.query<{ monthly_balance: string | null; topup_balance: string | null }>(statement.text, statement.values)
+  const row = rows[0]
+  if (row === undefined) throw new Error(`No wallet for account ${accountId}`)
+  if (row.monthly_balance === null || row.topup_balance === null) return null
+  return { monthly: Number(row.monthly_balance), topup: Number(row.topup_balance) }
 }
 
 /** The Ledger's settle on a pool: the balances after, or null when the hold was not pending. */

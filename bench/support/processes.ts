@@ -77,6 +77,8 @@ const tail = (stream: ReadableStream<Uint8Array> | null | undefined) => {
 
 export interface ServerProcess {
   readonly url: string
+  /** The server's own process (Bun), for CPU accounting. */
+  readonly pid: number
   readonly stop: () => Promise<void>
 }
 
@@ -149,6 +151,7 @@ export const startHookline = async (
 
   return {
     url,
+    pid: child.pid,
     databaseUrl,
     adminToken,
     admin,
@@ -210,5 +213,33 @@ export const startBaseline = async (
   const out = tail(child.stdout)
   const err = tail(child.stderr)
   await waitUntilReady(`${url}/healthz`, child, "the baseline server", () => `${out()}\n${err()}`)
-  return { url, stop: () => stopChild(child) }
+  return { url, pid: child.pid, stop: () => stopChild(child) }
+}
+
+/**
+ * Starts the framework-floor server (bench/support/floor.ts): `framework` is a minimal HttpApi
+ * on the same stack, `bare` a bare Bun.serve; both accept `keys` as bearer tokens.
+ */
+export const startFloor = async (mode: "framework" | "bare", keys: ReadonlyArray<string>): Promise<ServerProcess> => {
+  const port = freePort()
+  const url = `http://127.0.0.1:${port}`
+  const child = Bun.spawn([process.execPath, join(repositoryRoot, "bench/support/floor.ts"), mode], {
+    cwd: repositoryRoot,
+    env: { PATH: process.env.PATH ?? "", PORT: String(port), KEYS: keys.join(",") },
+    stdout: "pipe",
+    stderr: "pipe"
+  })
+  const out = tail(child.stdout)
+  const err = tail(child.stderr)
+  const ready = `${url}/v1/wallet`
+  // Ready once it answers at all (401 without a key).
+  const deadline = Date.now() + 30_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`the ${mode} floor server exited with ${child.exitCode}:\n${out()}\n${err()}`)
+    if (Date.now() > deadline) throw new Error(`the ${mode} floor server was not ready within 30 s:\n${out()}\n${err()}`)
+    const answered = await fetch(ready).then(() => true, () => false)
+    if (answered) break
+    await Bun.sleep(100)
+  }
+  return { url, pid: child.pid, stop: () => stopChild(child) }
 }

@@ -14,6 +14,9 @@ export const benchSettings = ({ quick }: BenchOptions) => ({
   concurrency: 32
 })
 
+/** One side of a row; HTTP rows also carry the server's CPU per request (bench/support/wrk.ts). */
+export type SideResult = LoadResult & { readonly cpuMsPerRequest?: number | null }
+
 export interface ScenarioResult {
   /** Short name, as in the issue: wallet, categories, metered search, ... */
   readonly scenario: string
@@ -21,8 +24,8 @@ export interface ScenarioResult {
   readonly operation: string
   /** The throughput unit: req/s for HTTP, ops/s for direct calls, clips/s, deliveries/s. */
   readonly unit: string
-  readonly hookline: LoadResult | null
-  readonly baseline: LoadResult | null
+  readonly hookline: SideResult | null
+  readonly baseline: SideResult | null
   /** Why a side is missing, or what to keep in mind when reading the row. */
   readonly note?: string
 }
@@ -40,6 +43,9 @@ const number = (value: number | undefined, digits = 0) =>
 const ms = (value: number | undefined) =>
   value === undefined || Number.isNaN(value) ? "-" : value < 10 ? number(value, 2) : value < 100 ? number(value, 1) : number(value, 0)
 
+const cpu = (side: SideResult | null) =>
+  side?.cpuMsPerRequest === undefined || side.cpuMsPerRequest === null ? "-" : number(side.cpuMsPerRequest, 3)
+
 /** One plain-text table, Markdown-compatible, one row per scenario. */
 export const renderTable = (rows: ReadonlyArray<ScenarioResult>): string => {
   const header = [
@@ -48,9 +54,11 @@ export const renderTable = (rows: ReadonlyArray<ScenarioResult>): string => {
     "Hookline",
     "p50 ms",
     "p99 ms",
+    "CPU ms/req",
     "baseline",
     "p50 ms",
     "p99 ms",
+    "CPU ms/req",
     "ratio",
     "errors"
   ]
@@ -63,15 +71,17 @@ export const renderTable = (rows: ReadonlyArray<ScenarioResult>): string => {
       row.hookline === null ? "n/a" : `${number(row.hookline.throughput, row.hookline.throughput < 100 ? 1 : 0)} ${row.unit}`,
       ms(row.hookline?.p50Ms),
       ms(row.hookline?.p99Ms),
+      cpu(row.hookline),
       row.baseline === null ? "n/a" : `${number(row.baseline.throughput, row.baseline.throughput < 100 ? 1 : 0)} ${row.unit}`,
       ms(row.baseline?.p50Ms),
       ms(row.baseline?.p99Ms),
+      cpu(row.baseline),
       r === null ? "-" : `${number(r, 2)}×`,
       String(errors)
     ]
   })
   const widths = header.map((cell, column) => Math.max(cell.length, ...lines.map((line) => line[column].length)))
-  const numeric = new Set([2, 3, 4, 5, 6, 7, 8, 9])
+  const numeric = new Set([2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
   const format = (cells: ReadonlyArray<string>) =>
     `| ${cells.map((cell, column) => (numeric.has(column) ? cell.padStart(widths[column]) : cell.padEnd(widths[column]))).join(" | ")} |`
   const rule = `|${widths.map((width, column) => (numeric.has(column) ? `${"-".repeat(width + 1)}:` : "-".repeat(width + 2))).join("|")}|`
