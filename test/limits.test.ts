@@ -4,6 +4,7 @@
  * RateLimit headers on every /v1 answer after authentication, a 429 never charging.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { connect } from "node:net"
 import { type ErrorBody, ledgerState, startTestServer, type TestServer } from "./support/server.js"
 import { expectEnvelope } from "./support/envelope.js"
 
@@ -53,6 +54,88 @@ describe("request head size", () => {
       await small.stop()
       await small.db.end()
     }
+  })
+})
+
+/**
+ * Sends a request head and then chunked-body chunks of 64 KiB over a raw socket, as fast as the
+ * server reads them, until the response arrives or `maxBytes` were written. Returns the status
+ * line, the response text and how many body bytes had been written when the answer came.
+ */
+const chunkedFlood = (port: number, head: string, maxBytes: number) =>
+  new Promise<{ readonly response: string; readonly bodyBytesWritten: number }>((resolve, reject) => {
+    const chunk = Buffer.from(`10000\r\n${"x".repeat(0x10000)}\r\n`)
+    let written = 0
+    let response = ""
+    let done = false
+    const socket = connect(port, "127.0.0.1", () => {
+      socket.write(head)
+      const pump = () => {
+        while (!done && written < maxBytes) {
+          written += 0x10000
+          if (!socket.write(chunk)) return void socket.once("drain", pump)
+        }
+      }
+      pump()
+    })
+    socket.on("data", (data) => {
+      response += data.toString("latin1")
+      if (!done && response.includes("\r\n\r\n")) {
+        done = true
+        // Give the body a moment to arrive, then report what was written by then.
+        setTimeout(() => {
+          socket.destroy()
+          resolve({ response, bodyBytesWritten: written })
+        }, 200)
+      }
+    })
+    socket.on("error", (error) => (done ? undefined : reject(error)))
+  })
+
+describe("request bodies", () => {
+  test("an unauthenticated chunked body past the JSON limit is refused at once (413), never read whole", async () => {
+    const port = Number(new URL(server.url).port)
+    const head = "POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    // Up to 256 MiB offered; the answer must come long before the server has taken it all.
+    const { response, bodyBytesWritten } = await chunkedFlood(port, head, 256 * 1024 * 1024)
+    expect(response.startsWith("HTTP/1.1 413")).toBe(true)
+    expect(response.toLowerCase()).toContain("connection: close")
+    const body = JSON.parse(response.slice(response.indexOf("\r\n\r\n") + 4)) as ErrorBody
+    expect(body.error.type).toBe("payload_too_large")
+    expect(body.error.request_id).toMatch(/^req_/)
+    // Socket buffers hold a few MiB at most: far from the 256 MiB offered.
+    expect(bodyBytesWritten).toBeLessThan(32 * 1024 * 1024)
+  })
+
+  test("a chunked JSON body under the limit is read and decoded as usual", async () => {
+    const { key } = await server.account()
+    const body = new ReadableStream({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"upload_id":'))
+        controller.enqueue(new TextEncoder().encode(`"upl_${"0".repeat(32)}"}`))
+        controller.close()
+      }
+    })
+    const response = await fetch(`${server.url}/v1/predict`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body
+    })
+    // The body was read: the upload id in it is looked up (and is unknown).
+    expect(response.status).toBe(404)
+    expect(((await response.json()) as ErrorBody).error.type).toBe("not_found")
+  })
+
+  test("a multipart Content-Type on a JSON route is 415 with the envelope, never a 500, and charges nothing", async () => {
+    const { accountId, key } = await server.account({ monthly_balance: 100 })
+    const before = await ledgerState(server.db, accountId)
+    const multipart = { "content-type": "multipart/form-data; boundary=x" }
+    for (const [method, path] of [["POST", "/v1/predict"], ["PUT", "/v1/webhooks"]] as const) {
+      const answer = await server.request(path, { method, key, headers: multipart, rawBody: "this is not multipart" })
+      expectEnvelope(answer, 415, "unsupported_media_type")
+      expect((answer.body as ErrorBody).error.message).toContain("application/json")
+    }
+    expect(await ledgerState(server.db, accountId)).toEqual(before)
   })
 })
 
@@ -116,7 +199,8 @@ describe("rate-limit headers", () => {
   })
 
   test("a 429 on a metered route takes nothing: no hold, no journal row, no X-Credits-Charged", async () => {
-    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true" }, { databaseUrl: server.databaseUrl })
+    // A refill of one token per 100 s: once drained, the bucket stays empty however slow the machine is.
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true", RATE_LIMIT_PRO: "0.01/20" }, { databaseUrl: server.databaseUrl })
     try {
       const { accountId, key } = await limited.account({ plan: "pro", monthly_balance: 500 })
       // Empty the bucket (burst 20) with free requests, then try every metered route.

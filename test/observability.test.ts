@@ -110,17 +110,30 @@ describe("tracing", () => {
     expect(root.attributes.get("hookline.operation")).toBe("hook")
     expect(root.attributes.get("http.request.header.authorization")).toBe("<redacted>")
 
+    // A single hook is charged at once: one Ledger.charge, one statement, no hold.
     const inRequest = collected.spans.filter((span) => descendsFrom(span, root))
-    const names = inRequest.map((span) => span.name)
-    expect(names).toContain("Ledger.reserve")
-    expect(names).toContain("Ledger.settle")
     for (const span of inRequest) expect(span.traceId).toBe(root.traceId)
+    const charges = inRequest.filter((span) => span.name === "Ledger.charge")
+    expect(charges.length).toBe(1)
+    expect(inRequest.map((span) => span.name)).not.toContain("Ledger.reserve")
+    expect(charges[0].attributes.get("amount")).toBe(1)
+    const statements = collected.spans.filter((span) =>
+      span.name === "sql.execute" && span.parent._tag === "Some" && span.parent.value.spanId === charges[0].spanId
+    )
+    expect(statements.length).toBe(1)
+    expect(String(statements[0].attributes.get("db.query.text"))).toContain("credit_journal")
+    expect(String(statements[0].attributes.get("db.query.text"))).not.toContain("INSERT INTO holds")
+  })
 
+  test("a search: a reserve before the query and a settle after it, each one statement on the holds table", async () => {
+    const response = await server.request("/v1/hooks/search?q=scrolling", { key: account.key })
+    expect(response.status).toBe(200)
+    const root = await endedServerSpan(response.headers.get("x-request-id")!)
+    const inRequest = collected.spans.filter((span) => descendsFrom(span, root))
     const reserve = inRequest.find((span) => span.name === "Ledger.reserve")!
     const settle = inRequest.find((span) => span.name === "Ledger.settle")!
-    expect(reserve.attributes.get("amount")).toBe(1)
-    expect(settle.attributes.get("charge")).toBe(1)
-    // Each ledger operation is one statement on the holds table, traced as its child.
+    expect(reserve.attributes.get("amount")).toBe(2)
+    expect(settle.attributes.get("charge")).toBe(Number(response.headers.get("x-credits-charged")))
     for (const operation of [reserve, settle]) {
       const statements = collected.spans.filter((span) =>
         span.name === "sql.execute" && span.parent._tag === "Some" && span.parent.value.spanId === operation.spanId
@@ -128,7 +141,6 @@ describe("tracing", () => {
       expect(statements.length).toBe(1)
       expect(String(statements[0].attributes.get("db.query.text"))).toContain("holds")
     }
-    // The reserve comes first and the settle after it, both inside the request.
     const started = (span: Tracer.Span) => span.status.startTime
     expect(started(reserve) < started(settle)).toBe(true)
     expect(started(root) <= started(reserve)).toBe(true)
@@ -263,6 +275,76 @@ describe("tracing", () => {
   })
 })
 
+describe("sampling", () => {
+  /** A server of its own whose spans a fresh collector sees, started with `env`. */
+  const sampledServer = async (env: Record<string, string>) => {
+    const own = collectSpans()
+    const started = await startTestServer(env, { tracer: own.tracer, background: false, databaseUrl: server.databaseUrl })
+    own.spans.length = 0 // start-up spans (migrations check, pool) are not under test
+    return { server: started, spans: own.spans }
+  }
+
+  test("always_off: requests make no span at all, not even SQL spans", async () => {
+    const { server: quiet, spans } = await sampledServer({ OTEL_TRACES_SAMPLER: "always_off" })
+    try {
+      for (let i = 0; i < 10; i++) {
+        expect((await quiet.request(`/v1/hooks/${hookId}`, { key: account.key })).status).toBe(200)
+        expect((await quiet.request("/v1/hooks/search?q=scrolling", { key: account.key })).status).toBe(200)
+      }
+      expect(spans.map((span) => span.name)).toEqual([])
+    } finally {
+      await quiet.stop()
+      await quiet.db.end()
+    }
+  })
+
+  test("an unsampled request that is slow or fails still leaves one span: route, status, request id, why", async () => {
+    const { server: quiet, spans } = await sampledServer({ OTEL_TRACES_SAMPLER: "always_off", TRACES_SLOW_REQUEST: "0 millis" })
+    try {
+      const response = await quiet.request("/v1/wallet", { key: account.key })
+      expect(response.status).toBe(200)
+      const requestId = response.headers.get("x-request-id")!
+      const span = await eventually(() => spans.find((s) => s.attributes.get("hookline.request_id") === requestId), "the summary span")
+      expect(span.kind).toBe("server")
+      expect(span.attributes.get("http.route")).toBe("/v1/wallet")
+      expect(span.attributes.get("http.response.status_code")).toBe(200)
+      expect(span.attributes.get("hookline.sampled_because")).toBe("slow")
+      expect(span.status._tag).toBe("Ended")
+      // Only the summary: no SQL or ledger span was made for the request.
+      expect(spans.length).toBe(1)
+    } finally {
+      await quiet.stop()
+      await quiet.db.end()
+    }
+  })
+
+  test("parent-based: a caller's sampled traceparent is followed, an unsampled one is not", async () => {
+    const { server: quiet, spans } = await sampledServer({ OTEL_TRACES_SAMPLER: "parentbased_always_off" })
+    try {
+      const traceId = "0af7651916cd43dd8448eb211c80319c"
+      const sampled = await quiet.request("/v1/wallet", { key: account.key, headers: { traceparent: `00-${traceId}-b7ad6b7169203331-01` } })
+      const server = await eventually(
+        () => spans.find((s) => s.kind === "server" && s.attributes.get("hookline.request_id") === sampled.headers.get("x-request-id") && s.status._tag === "Ended"),
+        "the sampled request's span"
+      )
+      expect(server.traceId).toBe(traceId)
+      expect(spans.some((s) => s.name === "sql.execute" && s.traceId === traceId)).toBe(true)
+      const before = spans.length
+      expect((await quiet.request("/v1/wallet", { key: account.key, headers: { traceparent: `00-${traceId}-b7ad6b7169203331-00` } })).status).toBe(200)
+      expect(spans.length).toBe(before)
+    } finally {
+      await quiet.stop()
+      await quiet.db.end()
+    }
+  })
+
+  test("an unknown OTEL_TRACES_SAMPLER stops the start with a message naming the setting", async () => {
+    await expect(startTestServer({ OTEL_TRACES_SAMPLER: "sometimes" }, { databaseUrl: server.databaseUrl, background: false })).rejects.toThrow(
+      /OTEL_TRACES_SAMPLER/
+    )
+  })
+})
+
 describe("metrics", () => {
   test("/metrics needs no key and counts requests by route and status, with latency histograms", async () => {
     const before = await scrape()
@@ -295,11 +377,15 @@ describe("metrics", () => {
   test("credits charged are counted by operation, holds by outcome", async () => {
     const before = await scrape()
     expect((await server.request(`/v1/hooks/${hookId}`, { key: account.key })).status).toBe(200)
+    const search = await server.request("/v1/hooks/search?q=scrolling", { key: account.key })
+    expect(search.status).toBe(200)
     const after = await scrape()
-    expect(sample(after, "hookline_credits_charged_total", { operation: "hook" }) -
-      sample(before, "hookline_credits_charged_total", { operation: "hook" })).toBe(1)
-    expect(sample(after, "hookline_holds_resolved_total", { operation: "hook", outcome: "settled" }) -
-      sample(before, "hookline_holds_resolved_total", { operation: "hook", outcome: "settled" })).toBe(1)
+    const delta = (name: string, labels: Record<string, string>) => sample(after, name, labels) - sample(before, name, labels)
+    // A hook is charged at once (no hold); a search reserves, then settles its hold.
+    expect(delta("hookline_credits_charged_total", { operation: "hook" })).toBe(1)
+    expect(delta("hookline_holds_resolved_total", { operation: "hook", outcome: "settled" })).toBe(0)
+    expect(delta("hookline_credits_charged_total", { operation: "search" })).toBe(Number(search.headers.get("x-credits-charged")))
+    expect(delta("hookline_holds_resolved_total", { operation: "search", outcome: "settled" })).toBe(1)
     expect((await ledgerState(server.db, account.accountId)).pendingHolds).toBe(0)
   })
 

@@ -4,7 +4,7 @@
  * access or missing scope → 403 api_not_enabled; then the rate limit → 429. Input validation
  * and credit reserves come after, in the endpoint.
  */
-import { HttpApiEndpoint, HttpRouter, HttpServerRequest } from "@effect/platform"
+import { HttpApiEndpoint, HttpApp, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Context, Effect, Layer, Option } from "effect"
 import { HooklineApi } from "../Api.js"
 import { AccountSuspended, ApiNotEnabled, InvalidApiKey } from "../Errors.js"
@@ -28,6 +28,17 @@ const accessRules: ReadonlyMap<string, AccessRuleValue> = (() => {
 
 const invalidKey = (message: string) => new InvalidApiKey({ message })
 
+/**
+ * The challenge every 401 carries (RFC 6750 §3): the scheme, and an error code when a
+ * credential was sent but is not usable (none when the request simply carried none).
+ */
+const challenge = (error: "invalid_request" | "invalid_token" | null) => {
+  const value = error === null ? `Bearer realm="hookline"` : `Bearer realm="hookline", error="${error}"`
+  return HttpApp.appendPreResponseHandler((_request, response) =>
+    Effect.succeed(HttpServerResponse.setHeader(response, "www-authenticate", value))
+  )
+}
+
 export const AuthenticationLive = Layer.effect(
   Authentication,
   Effect.gen(function*() {
@@ -38,23 +49,26 @@ export const AuthenticationLive = Layer.effect(
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           const query = yield* HttpServerRequest.ParsedSearchParams
-          const refuse = (message: string) =>
+          const refuse = (message: string, error: "invalid_request" | "invalid_token" | null = null) =>
             Effect.flatMap(ClientAddress, (address) => rateLimits.failedAuthentication(address())).pipe(
+              Effect.zipRight(challenge(error)),
               Effect.zipRight(invalidKey(message))
             )
           if ("api_key" in query || "key" in query) {
-            return yield* refuse("API keys are not accepted in the query string; send Authorization: Bearer <key>.")
+            return yield* refuse("API keys are not accepted in the query string; send Authorization: Bearer <key>.", "invalid_request")
           }
           const header = request.headers["authorization"]
           if (header === undefined || header === "") {
             return yield* refuse("Missing API key: send Authorization: Bearer <key>.")
           }
-          const match = /^Bearer (\S+)$/.exec(header)
-          if (match === null || !apiKeyPattern.test(match[1])) {
-            return yield* refuse("Malformed API key: expected Authorization: Bearer hkl_live_<key>.")
+          // The scheme name is case-insensitive (RFC 9110 §11.1).
+          const match = /^bearer +(\S+)$/i.exec(header)
+          if (match === null) return yield* refuse("Malformed Authorization header: expected Authorization: Bearer hkl_live_<key>.")
+          if (!apiKeyPattern.test(match[1])) {
+            return yield* refuse("Malformed API key: expected Authorization: Bearer hkl_live_<key>.", "invalid_token")
           }
           const owner = yield* auth.findKey(match[1])
-          if (Option.isNone(owner)) return yield* refuse("Unknown or revoked API key.")
+          if (Option.isNone(owner)) return yield* refuse("Unknown or revoked API key.", "invalid_token")
           const key = owner.value
           yield* annotateRequestSpan(SpanAttributes.accountId, key.accountId)
           yield* annotateRequestSpan(SpanAttributes.keyId, key.keyId)

@@ -85,15 +85,12 @@ export class Sampling extends Effect.Service<Sampling>()("hookline/Sampling", {
       const failed = request.status >= 500
       if (!failed && request.durationMs < slowMs) return
       const start = BigInt(Math.round(request.startedAt * 1e6))
-      const span = tracer.span(`http.server ${request.method}`, Option.none(), Context.empty(), [], start, "server", {
-        attributes: {
-          "http.request.method": request.method,
-          "http.route": request.route,
-          "http.response.status_code": request.status,
-          [SpanAttributes.requestId]: request.requestId,
-          "hookline.sampled_because": failed ? "error" : "slow"
-        }
-      })
+      const span = tracer.span(`http.server ${request.method}`, Option.none(), Context.empty(), [], start, "server")
+      span.attribute("http.request.method", request.method)
+      span.attribute("http.route", request.route)
+      span.attribute("http.response.status_code", request.status)
+      span.attribute(SpanAttributes.requestId, request.requestId)
+      span.attribute("hookline.sampled_because", failed ? "error" : "slow")
       span.end(start + BigInt(Math.round(request.durationMs * 1e6)), failed ? Exit.fail(`status ${request.status}`) : Exit.void)
     }
 

@@ -9,15 +9,9 @@
 import { RateLimiter } from "@effect/experimental"
 import * as RedisStore from "@effect/experimental/RateLimiter/Redis"
 import { HttpApp, HttpServerResponse } from "@effect/platform"
-import { Config, Duration, Effect, Layer, Option } from "effect"
+import { Config, ConfigError, Duration, Effect, Either, Layer, Option } from "effect"
 import type { Plan } from "../Auth/Api.js"
 import { InvalidApiKey, RateLimitExceeded } from "../Errors.js"
-
-export const RateLimitConfig = Config.all({
-  enabled: Config.boolean("RATE_LIMIT_ENABLED").pipe(Config.withDefault(true)),
-  redisUrl: Config.option(Config.string("REDIS_URL")),
-  failedAuthPerMinute: Config.integer("RATE_LIMIT_FAILED_AUTH_PER_MINUTE").pipe(Config.withDefault(20))
-})
 
 interface Bucket {
   readonly name: string
@@ -26,17 +20,38 @@ interface Bucket {
   readonly burst: number
 }
 
-const bucketFor = (plan: Plan): Bucket => {
+/** A tier's bucket as `rate/burst` (requests per second / burst), decisions.md's values by default. */
+const bucketConfig = (name: string, variable: string, fallback: string) =>
+  Config.string(variable).pipe(
+    Config.withDefault(fallback),
+    Config.mapOrFail((text) => {
+      const match = /^\s*(\d+(?:\.\d+)?)\s*\/\s*(\d+)\s*$/.exec(text)
+      return match === null || Number(match[1]) <= 0 || Number(match[2]) < 1
+        ? Either.left(ConfigError.InvalidData([], `${variable} must be "rate/burst", e.g. "${fallback}"`))
+        : Either.right<Bucket>({ name, rate: Number(match[1]), burst: Number(match[2]) })
+    })
+  )
+
+export const RateLimitConfig = Config.all({
+  enabled: Config.boolean("RATE_LIMIT_ENABLED").pipe(Config.withDefault(true)),
+  redisUrl: Config.option(Config.string("REDIS_URL")),
+  failedAuthPerMinute: Config.integer("RATE_LIMIT_FAILED_AUTH_PER_MINUTE").pipe(Config.withDefault(20)),
+  pro: bucketConfig("pro", "RATE_LIMIT_PRO", "10/20"),
+  business: bucketConfig("business", "RATE_LIMIT_BUSINESS", "50/100"),
+  enterprise: bucketConfig("enterprise", "RATE_LIMIT_ENTERPRISE", "200/400")
+})
+
+const bucketFor = (plan: Plan, buckets: { readonly pro: Bucket; readonly business: Bucket; readonly enterprise: Bucket }): Bucket => {
   switch (plan) {
     case "enterprise":
-      return { name: "enterprise", rate: 200, burst: 400 }
+      return buckets.enterprise
     case "business":
     case "invite":
     case "complimentary":
     case "custom":
-      return { name: "business", rate: 50, burst: 100 }
+      return buckets.business
     default:
-      return { name: "pro", rate: 10, burst: 20 }
+      return buckets.pro
   }
 }
 
@@ -71,7 +86,7 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
     /** The token bucket of the key's plan; 429 when it is empty. */
     const perKey = (keyId: string, plan: Plan) => {
       if (!config.enabled) return Effect.void
-      const bucket = bucketFor(plan)
+      const bucket = bucketFor(plan, config)
       const window = Duration.millis((bucket.burst / bucket.rate) * 1000)
       return consume(`key:${keyId}`, bucket.name, bucket.burst, window, "token-bucket").pipe(
         Effect.catchTag("RateLimiterError", (error) =>
