@@ -129,6 +129,38 @@ export const queries = {
 // ---------------------------------------------------------------------------------------------
 // The baseline's routes: same validation order, same statements, same cache logic, no framework.
 
+/** Ranked search the obvious way: $1 query, $2 rows wanted. */
+const naiveSearchSql = `
+  SELECT ts_rank(s.doc, q) AS k1, s.sort_ms AS k2, h.id, h.text, h.platform, h.media_type, h.thumbnail_url,
+         h.category, h.hook_duration_sec, h.published_at
+    FROM hook_search s JOIN hooks h ON h.id = s.id, plainto_tsquery('english', $1::text) q
+   WHERE s.doc @@ q
+   ORDER BY ts_rank(s.doc, q) DESC, s.sort_ms DESC, s.id DESC
+   LIMIT $2::integer`
+
+/**
+ * Queries as users send them: a Zipf-like mix where a few common words come up most often.
+ * Every pool's first entries weigh more than its last ones.
+ */
+const zipfQueries = (count: number): Array<string> => {
+  const weighted = [
+    ...queries.common.map((q, rank) => ({ q, weight: 12 / (rank + 1) })),
+    ...queries.multi.map((q, rank) => ({ q, weight: 4 / (rank + 1) })),
+    ...queries.rare.map((q, rank) => ({ q, weight: 2 / (rank + 1) })),
+    ...queries.none.map((q, rank) => ({ q, weight: 1 / (rank + 1) }))
+  ]
+  const total = weighted.reduce((sum, entry) => sum + entry.weight, 0)
+  // Deterministic: the i-th query is the one whose cumulative weight covers (i × golden ratio) mod 1.
+  return Array.from({ length: count }, (_, i) => {
+    let point = ((i * 0.6180339887) % 1) * total
+    for (const entry of weighted) {
+      point -= entry.weight
+      if (point <= 0) return entry.q
+    }
+    return weighted[0].q
+  })
+}
+
 const pageSize = 50
 
 const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: BaselineContext) => {
@@ -192,6 +224,16 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       return page(caller.accountId, "search", binding, () =>
         cached(`search\0${query}`, after === null, async () =>
           (await pool.query(searchPageSql, [query, after?.[0] ?? null, after?.[1] ?? null, after?.[2] ?? null, pageSize + 1, 10_000])).rows), (row) => [row.k1, Number(row.k2), row.id])
+    },
+    // The straightforward ranked search: every match scored with ts_rank, ties by newest then id,
+    // no cache, the same metering. What "search at 1M" is measured against (issue 13).
+    "GET /naive/hooks/search": async (request, url) => {
+      const caller = await authenticate(request, url, "hooks:read")
+      if (caller instanceof Response) return caller
+      const query = (url.searchParams.get("q") ?? "").trim().replace(/\s+/g, " ").toLowerCase()
+      if (query === "" || query.length > 200) return error(422, "validation_error", "q: invalid")
+      return page(caller.accountId, "search", cursorBinding("search", query), async () =>
+        (await pool.query(naiveSearchSql, [query, pageSize + 1])).rows, (row) => [row.k1, Number(row.k2), row.id])
     },
     "GET /v1/hooks/list": async (request, url) => {
       const caller = await authenticate(request, url, "hooks:read")
@@ -259,14 +301,25 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
     readonly scenario: string
     readonly operation: string
     readonly path: (iteration: number, worker: number) => string
+    /** The baseline's path when it differs (the naive search). */
+    readonly baselinePath?: (iteration: number, worker: number) => string
   }
+  const mix = zipfQueries(2_048)
+  const mixed = (prefix: string) => (iteration: number, worker: number) =>
+    `${prefix}?q=${encodeURIComponent(mix[(iteration * 32 + worker) % mix.length])}`
   const search = (pool: ReadonlyArray<string>) => (iteration: number, worker: number) =>
     `/v1/hooks/search?q=${encodeURIComponent(pool[(iteration * 7 + worker) % pool.length])}`
   const scenarios = (cached: boolean): Array<Scenario> =>
     cached
       ? [
         { scenario: "metered search, common word (cached)", operation: `GET /v1/hooks/search?q=day, ${size} hooks`, path: () => "/v1/hooks/search?q=day" },
-        { scenario: "metered search, multi-word (cached)", operation: `GET /v1/hooks/search?q=morning+routine, ${size} hooks`, path: () => "/v1/hooks/search?q=morning%20routine" }
+        { scenario: "metered search, multi-word (cached)", operation: `GET /v1/hooks/search?q=morning+routine, ${size} hooks`, path: () => "/v1/hooks/search?q=morning%20routine" },
+        {
+          scenario: "search, Zipf mix vs naive ts_rank",
+          operation: `GET /v1/hooks/search, ${new Set(mix).size} queries in a Zipf-like mix, ${size} hooks; baseline ranks every match`,
+          path: mixed("/v1/hooks/search"),
+          baselinePath: mixed("/naive/hooks/search")
+        }
       ]
       : [
         { scenario: "metered search, common word", operation: `GET /v1/hooks/search, ${queries.common.length} words of 4–9 %, ${size} hooks`, path: search(queries.common) },
@@ -297,16 +350,17 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
       for (const scenario of scenarios(cached)) {
         progress(scenario.scenario)
         // The same cycle of requests for both sides: each of the 32 keys with 64 paths of the pool.
-        const requests = Array.from({ length: 64 }, (_, iteration) =>
-          Array.from({ length: settings.concurrency }, (_, worker) => ({ path: scenario.path(iteration, worker), headers: keyOf(worker) }))).flat()
-        const measure = (server: { readonly url: string; readonly pid: number }) =>
-          runHttpLoad({ ...settings, url: server.url, serverPid: server.pid, requests })
+        const requests = (path: (iteration: number, worker: number) => string) =>
+          Array.from({ length: 64 }, (_, iteration) =>
+            Array.from({ length: settings.concurrency }, (_, worker) => ({ path: path(iteration, worker), headers: keyOf(worker) }))).flat()
+        const measure = (server: { readonly url: string; readonly pid: number }, path: (iteration: number, worker: number) => string) =>
+          runHttpLoad({ ...settings, url: server.url, serverPid: server.pid, requests: requests(path) })
         rows.push({
           scenario: scenario.scenario,
           operation: scenario.operation,
           unit: "req/s",
-          hookline: await measure(hookline),
-          baseline: await measure(baseline)
+          hookline: await measure(hookline, scenario.path),
+          baseline: await measure(baseline, scenario.baselinePath ?? scenario.path)
         })
       }
     } finally {
