@@ -11,6 +11,7 @@ import * as RedisStore from "@effect/experimental/RateLimiter/Redis"
 import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Config, Duration, Effect, Layer, Option } from "effect"
 import type { Plan } from "../Auth/Api.js"
+import { wholeSeconds } from "../Durations.js"
 import { InvalidApiKey, RateLimitExceeded } from "../Errors.js"
 
 export const RateLimitConfig = Config.all({
@@ -40,8 +41,6 @@ const bucketFor = (plan: Plan): Bucket => {
   }
 }
 
-const seconds = (duration: Duration.Duration) => Math.max(0, Math.ceil(Duration.toMillis(duration) / 1000))
-
 const setHeaders = (headers: Record<string, string>) =>
   HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(HttpServerResponse.setHeaders(response, headers)))
 
@@ -61,8 +60,8 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
       limiter.consume({ key, limit, window, algorithm, onExceeded: "fail" }).pipe(
         Effect.tap((result) =>
           setHeaders({
-            "ratelimit-policy": `"${policy}";q=${limit};w=${seconds(window)}`,
-            "ratelimit": `"${policy}";r=${result.remaining};t=${seconds(result.resetAfter)}`
+            "ratelimit-policy": `"${policy}";q=${limit};w=${wholeSeconds(window)}`,
+            "ratelimit": `"${policy}";r=${result.remaining};t=${wholeSeconds(result.resetAfter)}`
           })
         ),
         Effect.asVoid
@@ -77,9 +76,9 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
         Effect.catchTag("RateLimiterError", (error) =>
           error.reason === "Exceeded"
             ? setHeaders({
-              "retry-after": String(Math.max(1, seconds(error.retryAfter))),
-              "ratelimit-policy": `"${bucket.name}";q=${bucket.burst};w=${seconds(window)}`,
-              "ratelimit": `"${bucket.name}";r=0;t=${Math.max(1, seconds(error.retryAfter))}`
+              "retry-after": String(wholeSeconds(error.retryAfter, 1)),
+              "ratelimit-policy": `"${bucket.name}";q=${bucket.burst};w=${wholeSeconds(window)}`,
+              "ratelimit": `"${bucket.name}";r=0;t=${wholeSeconds(error.retryAfter, 1)}`
             }).pipe(
               Effect.zipRight(new RateLimitExceeded({ message: `Rate limit of ${bucket.rate} requests per second (burst ${bucket.burst}) exceeded.` }))
             )
@@ -95,7 +94,7 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
       return consume(`auth:${address}`, "failed-auth", config.failedAuthPerMinute, window, "fixed-window").pipe(
         Effect.catchTag("RateLimiterError", (error) =>
           error.reason === "Exceeded"
-            ? setHeaders({ "retry-after": String(Math.max(1, seconds(error.retryAfter))) }).pipe(
+            ? setHeaders({ "retry-after": String(wholeSeconds(error.retryAfter, 1)) }).pipe(
               Effect.zipRight(new RateLimitExceeded({ message: "Too many failed authentication attempts from this address." }))
             )
             : Effect.logWarning("rate limit store unavailable; request allowed", error.message)
