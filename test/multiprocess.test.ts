@@ -37,7 +37,8 @@ beforeAll(async () => {
   // One after the other: the first applies the migrations.
   a = await spawnServer({ deployment: shared, env })
   b = await spawnServer({ deployment: shared, env })
-})
+  // Two start-ups in a row, the first migrating: on a loaded machine more than the default 60 s.
+}, { timeout: 150_000 })
 
 afterAll(async () => {
   for (const server of [a, b]) server?.kill("SIGTERM")
