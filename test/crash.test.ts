@@ -72,6 +72,8 @@ test("SIGKILL mid-flight: after a restart every hold is resolved, no job is stuc
     deployment: shared,
     env: {
       ...common,
+      // The scorer's ffprobe waits at the gate: jobs stay running until the test opens it.
+      FFPROBE_PATH: probe.path,
       // Every request in flight keeps a connection while it waits for the locked catalog.
       PG_MAX_CONNECTIONS: "40",
       // Holds expire 5 s after their reserve; this process never sweeps (the next one will).

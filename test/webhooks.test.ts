@@ -6,6 +6,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Accounts } from "../src/Admin/Accounts.js"
+import { makeSealer } from "../src/Crypto.js"
 import { ServicesLive } from "../src/App.js"
 import { Webhook as StandardWebhook } from "standardwebhooks"
 import type { Prediction } from "../src/Predictions/Api.js"
@@ -821,6 +822,18 @@ describe("building blocks", () => {
     expect(Either.isLeft(box.open(sealed, "acct_2"))).toBe(true)
     expect(Either.isLeft(makeSecretBox("server-key-two").open(sealed, "acct_1"))).toBe(true)
     expect(box.seal("whsec_c2VjcmV0", "acct_1")).not.toBe(sealed)
+  })
+
+  test("sealing keeps each purpose apart, round-trips an empty value and refuses cut or foreign text", () => {
+    const answers = makeSealer("server-key-one", "idempotent-answer-v1")
+    const sealed = answers.seal("", "scope\nkey")
+    expect(answers.open(sealed, "scope\nkey")).toEqual(Either.right(""))
+    // The same server key under another purpose (webhook secrets) is another key.
+    expect(makeSealer("server-key-one", "webhook-secret-v1").open(sealed, "scope\nkey")).toEqual(Either.left("wrong_key"))
+    expect(answers.open(sealed.slice(0, 20), "scope\nkey")).toEqual(Either.left("truncated"))
+    expect(answers.open(`v2.${sealed.slice(3)}`, "scope\nkey")).toEqual(Either.left("unknown_format"))
+    const cut = makeSecretBox("server-key-one").open(sealed.slice(0, 20), "acct_1")
+    expect(Either.isLeft(cut) && cut.left.message).toBe("the stored secret is truncated")
   })
 
   test("our signature is the one the Standard Webhooks library computes", () => {

@@ -6,6 +6,7 @@ import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire } from "../Errors.js
 import { HookCategoryList } from "../Hooks/Api.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
 import { CreditTransactionList, TransactionParams, transactionsDescription, Wallet } from "../Ledger/Api.js"
+import { Bucket } from "../Ledger/Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
 
 
@@ -56,9 +57,6 @@ export const ApiKeyRevoked = Schema.Struct({
   id: Schema.String,
   revoked: Schema.Literal(true)
 }).annotations({ identifier: "ApiKeyRevoked" })
-
-export const Bucket = Schema.Literal("monthly", "topup")
-export type Bucket = typeof Bucket.Type
 
 export const GrantCredits = Schema.Struct({
   bucket: Bucket,

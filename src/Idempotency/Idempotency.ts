@@ -11,12 +11,12 @@
  * are deleted by the sweeper.
  *
  * Answer bodies can hold secrets shown once (an API key, a webhook secret), so they are sealed
- * at rest with AES-256-GCM under a key derived from the server's WEBHOOK_SECRET_KEY.
+ * at rest (Crypto.ts) under the server's WEBHOOK_SECRET_KEY.
  */
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
-import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto"
+import { Config, Duration, Effect, Either, Layer, Redacted, Schedule, Schema } from "effect"
 import { Secrets } from "../Config.js"
+import { makeSealer } from "../Crypto.js"
 import { randomToken } from "../Ids.js"
 import { orDieOnDb } from "../Sql.js"
 
@@ -67,46 +67,15 @@ const KeyRow = Schema.Struct({
   response_body: Schema.NullOr(Schema.String)
 })
 
-const sealVersion = "v1."
-const nonceBytes = 12
-const tagBytes = 16
-
-/** AES-256-GCM bound to the key's scope and name, so a sealed body copied to another row does not open. */
-const makeSealer = (serverKey: string) => {
-  const key = Buffer.from(hkdfSync("sha256", Buffer.from(serverKey, "utf8"), "hookline", "idempotent-answer-v1", 32))
-  const seal = (plain: string, binding: string): string => {
-    const nonce = randomBytes(nonceBytes)
-    const cipher = createCipheriv("aes-256-gcm", key, nonce)
-    cipher.setAAD(Buffer.from(binding, "utf8"))
-    const ciphertext = Buffer.concat([cipher.update(plain, "utf8"), cipher.final()])
-    return sealVersion + Buffer.concat([nonce, cipher.getAuthTag(), ciphertext]).toString("base64url")
-  }
-  const open = (sealed: string, binding: string): Option.Option<string> => {
-    if (!sealed.startsWith(sealVersion)) return Option.none()
-    const raw = Buffer.from(sealed.slice(sealVersion.length), "base64url")
-    if (raw.length < nonceBytes + tagBytes) return Option.none()
-    try {
-      const decipher = createDecipheriv("aes-256-gcm", key, raw.subarray(0, nonceBytes))
-      decipher.setAAD(Buffer.from(binding, "utf8"))
-      decipher.setAuthTag(raw.subarray(nonceBytes, nonceBytes + tagBytes))
-      return Option.some(Buffer.concat([decipher.update(raw.subarray(nonceBytes + tagBytes)), decipher.final()]).toString("utf8"))
-    } catch {
-      return Option.none()
-    }
-  }
-  return { seal, open }
-}
-
-const seconds = (duration: Duration.Duration) => Duration.toMillis(duration) / 1000
-
 export class Idempotency extends Effect.Service<Idempotency>()("hookline/Idempotency", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const config = yield* IdempotencyConfig
     const secrets = yield* Secrets
-    const sealer = makeSealer(Redacted.value(secrets.webhookSecretKey))
-    const ttl = seconds(config.keyTtl)
-    const lock = seconds(config.lockTimeout)
+    // Bound to the key's scope and name, so a sealed body copied to another row does not open.
+    const sealer = makeSealer(Redacted.value(secrets.webhookSecretKey), "idempotent-answer-v1")
+    const ttl = Duration.toSeconds(config.keyTtl)
+    const lock = Duration.toSeconds(config.lockTimeout)
     const bindingOf = (scope: string, key: string) => `${scope}\n${key}`
 
     /** One attempt to claim `request.key`; otherwise what the row holds now. */
@@ -148,7 +117,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("hookline/Idempot
           return { _tag: "InProgress" } satisfies Claim
         }
         const opened = sealer.open(row.response_body, bindingOf(request.scope, request.key))
-        if (Option.isNone(opened)) {
+        if (Either.isLeft(opened)) {
           return yield* Effect.dieMessage("A stored idempotent answer does not open with this server's WEBHOOK_SECRET_KEY")
         }
         const { "content-type": contentType, ...headers } = row.response_headers ?? {}
@@ -158,7 +127,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("hookline/Idempot
             status: row.response_status,
             contentType: contentType ?? "application/json",
             headers,
-            body: opened.value,
+            body: opened.right,
             requestId: row.request_id
           }
         } satisfies Claim

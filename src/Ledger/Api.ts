@@ -4,6 +4,7 @@ import { Schema } from "effect"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
 import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
+import { Bucket } from "./Domain.js"
 
 export const Wallet = Schema.Struct({
   object: Schema.Literal("wallet"),
@@ -23,7 +24,7 @@ export const CreditTransaction = Schema.Struct({
   object: Schema.Literal("credit_transaction"),
   id: Schema.String,
   type: TransactionType,
-  bucket: Schema.Literal("monthly", "topup"),
+  bucket: Bucket,
   amount: Schema.Int.annotations({ description: "Signed: credits added (grant, refund) or taken (charge, expiry)." }),
   balance_after: Schema.Struct({ monthly: Schema.Int, topup: Schema.Int }).annotations({
     description: "Both balances right after this change, as the caller saw them (credits held by requests still running are out)."

@@ -30,6 +30,7 @@ import {
   type TransactionParams,
   TransactionType
 } from "./Api.js"
+import { Bucket } from "./Domain.js"
 
 export const defaultPageSize = 50
 
@@ -41,7 +42,7 @@ const HistoryRow = Schema.Struct({
   ord: Schema.Number,
   id: Schema.String,
   type: TransactionType,
-  bucket: Schema.Literal("monthly", "topup"),
+  bucket: Bucket,
   amount: Schema.Number,
   monthly_after: Schema.Number,
   topup_after: Schema.Number,

@@ -11,7 +11,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Option, Schema } from "effect"
-import type { Bucket } from "../Admin/Api.js"
+import type { Bucket } from "./Domain.js"
 import { InsufficientCredits, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordCreditsCharged, recordHoldResolved } from "../Observability/Metrics.js"

@@ -11,6 +11,7 @@ import { randomUUID } from "node:crypto"
 import { mkdir, open, rename, rm, stat } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { ServerConfig } from "../Config.js"
+import { wholeSeconds } from "../Durations.js"
 import { BlobConfig } from "./Config.js"
 
 export interface BlobStoreApi {
@@ -139,7 +140,7 @@ const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): Blob
     remove,
     presignedPut: presigned
       ? Option.some((key, expiresIn) =>
-        client.presign(key, { method: "PUT", expiresIn: Math.max(1, Math.ceil(Duration.toSeconds(expiresIn))) }))
+        client.presign(key, { method: "PUT", expiresIn: wholeSeconds(expiresIn, 1) }))
       : Option.none()
   }
 }

@@ -137,8 +137,6 @@ export interface RetryOutcome {
   readonly balances: Balances
 }
 
-const seconds = (duration: Duration.Duration) => Duration.toMillis(duration) / 1000
-
 export class Predictions extends Effect.Service<Predictions>()("hookline/Predictions", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -149,7 +147,7 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
     const mode = yield* DatabaseMode
     const config = yield* PredictionsConfig
     const server = yield* ServerConfig
-    const retentionSec = seconds(config.retention)
+    const retentionSec = Duration.toSeconds(config.retention)
 
     const selectPrediction = sql`
       SELECT p.id, p.account_id, p.status, p.hold_id, p.input_duration_sec, p.result, p.error_type, p.error_message,
@@ -271,7 +269,7 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
           return yield* sql<{ expires_at: Date }>`
             INSERT INTO uploads (id, prediction_id, account_id, key_id, token_hash, expires_at, blob_key)
             VALUES (${uploadId}, ${predictionId}, ${caller.accountId}, ${caller.keyId}, ${sha256Hex(token)},
-                    now() + make_interval(secs => ${seconds(config.uploadLinkTtl)}), ${blobKey})
+                    now() + make_interval(secs => ${Duration.toSeconds(config.uploadLinkTtl)}), ${blobKey})
             RETURNING expires_at`
         }).pipe(sql.withTransaction)
         const uploadUrl = Option.match(blobs.presignedPut, {

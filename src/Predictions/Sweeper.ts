@@ -30,7 +30,6 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
     const blobs = yield* BlobStore
     const signal = yield* WorkSignal
     const config = predictions.config
-    const secs = (duration: Duration.Duration) => Duration.toMillis(duration) / 1000
     const presigned = Option.isSome(blobs.presignedPut)
 
     const objectArrived = (blobKey: string | null) =>
@@ -66,7 +65,7 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
     const releaseStalledReceives = Effect.gen(function*() {
       const stalled = yield* sql<{ id: string; blob_key: string | null }>`
         SELECT id, blob_key FROM uploads
-         WHERE status = 'receiving' AND receiving_started_at <= now() - make_interval(secs => ${secs(config.uploadReceiveTimeout)})
+         WHERE status = 'receiving' AND receiving_started_at <= now() - make_interval(secs => ${Duration.toSeconds(config.uploadReceiveTimeout)})
          LIMIT ${batch}`
       for (const upload of stalled) {
         // The partial file goes first, while no other PUT can be writing it.
@@ -76,7 +75,7 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
             UPDATE uploads
                SET status = CASE WHEN expires_at > now() THEN 'pending' ELSE 'expired' END, receiving_started_at = NULL
              WHERE id = ${upload.id} AND status = 'receiving'
-               AND receiving_started_at <= now() - make_interval(secs => ${secs(config.uploadReceiveTimeout)})
+               AND receiving_started_at <= now() - make_interval(secs => ${Duration.toSeconds(config.uploadReceiveTimeout)})
             RETURNING status, prediction_id`
           if (rows[0]?.status === "expired") {
             yield* predictions.finish(rows[0].prediction_id, {
@@ -90,7 +89,7 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
       }
     })
 
-    const heartbeatCutoff = sql`heartbeat_at <= now() - make_interval(secs => ${secs(config.heartbeatTimeout)})`
+    const heartbeatCutoff = sql`heartbeat_at <= now() - make_interval(secs => ${Duration.toSeconds(config.heartbeatTimeout)})`
 
     const requeueStalled = Effect.gen(function*() {
       const stalled = yield* sql<{ id: string }>`
@@ -117,7 +116,7 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
     })
 
     const expireQueued = Effect.gen(function*() {
-      const cutoff = sql`queued_at <= now() - make_interval(secs => ${secs(config.queueTimeout)})`
+      const cutoff = sql`queued_at <= now() - make_interval(secs => ${Duration.toSeconds(config.queueTimeout)})`
       const waiting = yield* sql<{ id: string }>`
         SELECT id FROM predictions WHERE status = 'queued' AND ${cutoff} ORDER BY queued_at LIMIT ${batch}`
       for (const { id } of waiting) {
@@ -132,10 +131,10 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
     })
 
     const expireUnpaid = Effect.gen(function*() {
-      const cutoff = sql`created_at <= now() - make_interval(secs => ${secs(config.retention)})`
+      const cutoff = sql`created_at <= now() - make_interval(secs => ${Duration.toSeconds(config.retention)})`
       const waiting = yield* sql<{ id: string }>`
         SELECT p.id FROM predictions p
-         WHERE p.status = 'awaiting_upload' AND p.created_at <= now() - make_interval(secs => ${secs(config.retention)})
+         WHERE p.status = 'awaiting_upload' AND p.created_at <= now() - make_interval(secs => ${Duration.toSeconds(config.retention)})
            AND EXISTS (SELECT 1 FROM uploads u WHERE u.prediction_id = p.id AND u.status = 'received')
          LIMIT ${batch}`
       for (const { id } of waiting) {

@@ -40,7 +40,7 @@ export const WorkerLive = Layer.scopedDiscard(
     const mode = yield* DatabaseMode
     const config = predictions.config
     const workerId = `${hostname()}:${process.pid}:${randomToken(6)}`
-    const queueTimeoutSec = Duration.toMillis(config.queueTimeout) / 1000
+    const queueTimeoutSec = Duration.toSeconds(config.queueTimeout)
 
     const claimNext = sql<ClaimedJob>`
       UPDATE predictions p

@@ -11,6 +11,7 @@ import * as RedisStore from "@effect/experimental/RateLimiter/Redis"
 import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Config, ConfigError, Duration, Effect, Either, Layer, Option } from "effect"
 import type { Plan } from "../Auth/Api.js"
+import { wholeSeconds } from "../Durations.js"
 import { InvalidApiKey, RateLimitExceeded } from "../Errors.js"
 
 interface Bucket {
@@ -55,8 +56,6 @@ const bucketFor = (plan: Plan, buckets: { readonly pro: Bucket; readonly busines
   }
 }
 
-const seconds = (duration: Duration.Duration) => Math.max(0, Math.ceil(Duration.toMillis(duration) / 1000))
-
 const setHeaders = (headers: Record<string, string>) =>
   HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(HttpServerResponse.setHeaders(response, headers)))
 
@@ -76,8 +75,8 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
       limiter.consume({ key, limit, window, algorithm, onExceeded: "fail" }).pipe(
         Effect.tap((result) =>
           setHeaders({
-            "ratelimit-policy": `"${policy}";q=${limit};w=${seconds(window)}`,
-            "ratelimit": `"${policy}";r=${result.remaining};t=${seconds(result.resetAfter)}`
+            "ratelimit-policy": `"${policy}";q=${limit};w=${wholeSeconds(window)}`,
+            "ratelimit": `"${policy}";r=${result.remaining};t=${wholeSeconds(result.resetAfter)}`
           })
         ),
         Effect.asVoid
@@ -92,9 +91,9 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
         Effect.catchTag("RateLimiterError", (error) =>
           error.reason === "Exceeded"
             ? setHeaders({
-              "retry-after": String(Math.max(1, seconds(error.retryAfter))),
-              "ratelimit-policy": `"${bucket.name}";q=${bucket.burst};w=${seconds(window)}`,
-              "ratelimit": `"${bucket.name}";r=0;t=${Math.max(1, seconds(error.retryAfter))}`
+              "retry-after": String(wholeSeconds(error.retryAfter, 1)),
+              "ratelimit-policy": `"${bucket.name}";q=${bucket.burst};w=${wholeSeconds(window)}`,
+              "ratelimit": `"${bucket.name}";r=0;t=${wholeSeconds(error.retryAfter, 1)}`
             }).pipe(
               Effect.zipRight(new RateLimitExceeded({ message: `Rate limit of ${bucket.rate} requests per second (burst ${bucket.burst}) exceeded.` }))
             )
@@ -110,7 +109,7 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
       return consume(`auth:${address}`, "failed-auth", config.failedAuthPerMinute, window, "fixed-window").pipe(
         Effect.catchTag("RateLimiterError", (error) =>
           error.reason === "Exceeded"
-            ? setHeaders({ "retry-after": String(Math.max(1, seconds(error.retryAfter))) }).pipe(
+            ? setHeaders({ "retry-after": String(wholeSeconds(error.retryAfter, 1)) }).pipe(
               Effect.zipRight(new RateLimitExceeded({ message: "Too many failed authentication attempts from this address." }))
             )
             : Effect.logWarning("rate limit store unavailable; request allowed", error.message)

@@ -68,7 +68,7 @@ export interface ClipSet {
   readonly cutWebm: Clip
   /** One moving shot, no cut. */
   readonly noCut: Clip
-  /** testsrc2 cross-dissolving into mandelbrot over 1.5 s: no hard cut. */
+  /** testsrc2 cross-dissolving into mandelbrot from 1 s to 2.5 s: no hard cut. */
   readonly dissolve: Clip
   /** Two flat colours of equal brightness (only the colour changes), cut at 1.2 s. */
   readonly colourCut: Clip
@@ -118,11 +118,13 @@ export const makeClips = async (): Promise<ClipSet> => {
       stripWebmDuration(clips.cutWebm.path)
     }),
     run([...lavfi(`testsrc2=size=${size}:rate=25:duration=3`), ...h264, clips.noCut.path]),
+    // A linear mix written with `blend` rather than `xfade`: the npm-bundled ffmpeg (4.1) has no xfade.
     run([
-      ...lavfi(`testsrc2=size=${size}:rate=25:duration=2.5`),
+      ...lavfi(`testsrc2=size=${size}:rate=25:duration=4`),
       ...lavfi(`mandelbrot=size=${size}:rate=25`),
       "-filter_complex",
-      "[1:v]trim=duration=3,setpts=PTS-STARTPTS[b];[0:v][b]xfade=transition=fade:duration=1.5:offset=1[v]",
+      "[1:v]trim=duration=4,setpts=PTS-STARTPTS[b];"
+        + "[0:v][b]blend=all_expr='A*(1-clip((T-1)/1.5,0,1))+B*clip((T-1)/1.5,0,1)'[v]",
       "-map", "[v]", ...h264, clips.dissolve.path
     ]),
     // 0xC85A5A and 0x288CC8 have the same BT.601 luma (about 123).

@@ -9,10 +9,15 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import Pg from "pg"
+import type { Account, ApiKeyCreated, ImportResult as ImportResultSchema } from "../../src/Admin/Api.js"
 import { appLayer } from "../../src/App.js"
+import type { HookLean, HookList, HookRich } from "../../src/Hooks/Api.js"
+import type { CreditTransaction, CreditTransactionList, Wallet } from "../../src/Ledger/Api.js"
 import { withRequestId } from "../../src/Logging.js"
-import * as Server from "../../src/System/Server.js"
+import type { Prediction, PredictUpload } from "../../src/Predictions/Api.js"
 import type { ClipScorer } from "../../src/Predictions/Scorer.js"
+import * as Server from "../../src/System/Server.js"
+import type { Webhook, WebhookSecret, WebhookTest } from "../../src/Webhooks/Api.js"
 
 export const adminDatabaseUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -72,141 +77,36 @@ export interface ErrorBody {
   readonly error: { readonly type: string; readonly message: string; readonly request_id: string }
 }
 
-/** A hook as listed by search and list (HookLean), as sent on the wire. */
-export interface HookLeanBody {
-  readonly id: string
-  readonly text: string
-  readonly platform: string
-  readonly media_type: string | null
-  readonly thumbnail_url: string | null
-  readonly category: string | null
-  readonly hook_duration_sec: number | null
-  readonly published_at: string | null
-}
+// The wire shapes the tests read: the contract's own schemas, as encoded (JSON).
 
-/** A page of hooks from search or list, as sent on the wire. */
-export interface HookPage {
-  readonly object: "list"
-  readonly data: ReadonlyArray<HookLeanBody>
-  readonly has_more: boolean
-  readonly next_cursor: string | null
-}
-
+/** A hook as listed by search and list. */
+export type HookLeanBody = typeof HookLean.Encoded
+/** A page of hooks from search or list. */
+export type HookPage = typeof HookList.Encoded
 /** The answer to POST /v1/predict/upload: a prediction awaiting its clip and where to PUT it. */
-export interface UploadLink {
-  readonly upload_id: string
-  readonly prediction_id: string
-  readonly upload_url: string
-  readonly expires_at: string
-}
-
-/** A prediction as sent on the wire (GET /v1/predict/{id}, POST /v1/predict, webhook event data). */
-export interface PredictionBody {
-  readonly object: "prediction"
-  readonly id: string
-  readonly status: "awaiting_upload" | "queued" | "running" | "succeeded" | "failed"
-  readonly created_at: string
-  readonly completed_at: string | null
-  readonly input: { readonly duration_sec: number | null } | null
-  readonly result: {
-    readonly band: "low" | "medium" | "high"
-    readonly hook_duration_sec: number | null
-    readonly category: { readonly slug: string } | null
-  } | null
-  readonly error: { readonly type: string; readonly message: string } | null
-}
-
-/** A wallet as sent on the wire (GET /v1/wallet, an admin grant's answer). */
-export interface WalletBody {
-  readonly object: "wallet"
-  readonly monthly_balance: number
-  readonly monthly_period_end: string | null
-  readonly topup_balance: number
-}
-
-/** An account as sent on the wire (the admin account routes). */
-export interface AccountBody {
-  readonly object: "account"
-  readonly id: string
-  readonly name: string | null
-  readonly plan: string
-  readonly api_access: boolean
-  readonly suspended: boolean
-  readonly monthly_grant: number
-  readonly wallet: WalletBody
-}
-
+export type UploadLink = typeof PredictUpload.Encoded
+/** A prediction (GET /v1/predict/{id}, POST /v1/predict, webhook event data). */
+export type PredictionBody = typeof Prediction.Encoded
+/** A wallet (GET /v1/wallet, an admin grant's answer). */
+export type WalletBody = typeof Wallet.Encoded
+/** An account (the admin account routes). */
+export type AccountBody = typeof Account.Encoded
 /** A new API key (POST /admin/accounts/{id}/keys): the plain key is in this answer only. */
-export interface ApiKeyBody {
-  readonly object: "api_key"
-  readonly id: string
-  readonly api_key: string
-  readonly scopes: ReadonlyArray<string>
-  readonly created_at: string
-}
-
+export type ApiKeyBody = typeof ApiKeyCreated.Encoded
 /** The answer to POST /admin/catalog/hooks. */
-export interface ImportResult {
-  readonly object: "import_result"
-  readonly inserted: number
-  readonly updated: number
-  readonly rejected_count: number
-  readonly rejected: ReadonlyArray<{ readonly index: number; readonly message: string }>
-}
-
-/** A full hook (GET /v1/hooks/{id}, HookRich), as sent on the wire. */
-export interface HookRichBody extends HookLeanBody {
-  readonly source_url: string | null
-  readonly caption: string | null
-  readonly duration_sec: number | null
-  readonly summary: string | null
-  readonly emotions: Readonly<Record<string, number>> | null
-  readonly comment_themes: ReadonlyArray<{ readonly word: string; readonly count: number }> | null
-  readonly metrics: unknown
-  readonly creator: unknown
-  readonly audio: unknown
-}
-
+export type ImportResult = typeof ImportResultSchema.Encoded
+/** A full hook (GET /v1/hooks/{id}). */
+export type HookRichBody = typeof HookRich.Encoded
 /** The webhook configuration (/v1/webhooks): GET, DELETE, and a PUT of a webhook that already exists. */
-export interface WebhookBody {
-  readonly object: "webhook"
-  readonly url: string | null
-  readonly configured: boolean
-}
-
-/** The webhook with a newly issued secret: the first PUT /v1/webhooks and POST /v1/webhooks/rotate. */
-export interface WebhookSecretBody extends WebhookBody {
-  readonly secret: string
-}
-
+export type WebhookBody = typeof Webhook.Encoded
+/** The webhook with a newly issued secret (the first PUT /v1/webhooks, POST /v1/webhooks/rotate): the secret is there. */
+export type WebhookSecretBody = typeof WebhookSecret.Encoded & { readonly secret: string }
 /** The answer to POST /v1/webhooks/test. */
-export interface WebhookTestBody {
-  readonly object: "webhook_test"
-  readonly delivered: boolean
-  readonly status_code: number | null
-  readonly event: "prediction.succeeded"
-}
-
+export type WebhookTestBody = typeof WebhookTest.Encoded
 /** One change of a balance, as listed by the credit history. */
-export interface TransactionBody {
-  readonly object: "credit_transaction"
-  readonly id: string
-  readonly type: "grant" | "charge" | "refund" | "expiry"
-  readonly bucket: "monthly" | "topup"
-  readonly amount: number
-  readonly balance_after: { readonly monthly: number; readonly topup: number }
-  readonly created_at: string
-  readonly request_id: string | null
-  readonly reference: { readonly kind: string; readonly id: string | null }
-}
-
+export type TransactionBody = typeof CreditTransaction.Encoded
 /** A page of the credit history (/v1/wallet/transactions, /admin/accounts/{id}/transactions). */
-export interface TransactionPage {
-  readonly object: "list"
-  readonly data: ReadonlyArray<TransactionBody>
-  readonly has_more: boolean
-  readonly next_cursor: string | null
-}
+export type TransactionPage = typeof CreditTransactionList.Encoded
 
 /** A webhook event: the signed body a receiver gets, and the payload the outbox stores. */
 export interface WebhookEvent {
