@@ -338,3 +338,26 @@ describe("/metrics", () => {
     expect(await fetch(`http://127.0.0.1:${port}/metrics`).then(() => "answered", () => "closed")).toBe("closed")
   }, 60_000)
 })
+
+describe("a client hanging up", () => {
+  test("during its key lookup does not fail the other requests of that key (they shared the lookup)", async () => {
+    const quick = await startTestServer({ AUTH_CACHE_TTL: "1 millis" }, { background: false })
+    try {
+      const { key } = await quick.account({ plan: "enterprise", monthly_balance: 10 })
+      const statuses = new Map<number, number>()
+      for (let i = 0; i < 60; i++) {
+        const controller = new AbortController()
+        const abandoned = fetch(`${quick.url}/v1/wallet`, { headers: { authorization: `Bearer ${key}` }, signal: controller.signal })
+          .catch(() => null)
+        const others = Array.from({ length: 4 }, () =>
+          fetch(`${quick.url}/v1/wallet`, { headers: { authorization: `Bearer ${key}` } }).then(async (r) => (await r.text(), r.status)))
+        setTimeout(() => controller.abort(), i % 5)
+        await abandoned
+        for (const status of await Promise.all(others)) statuses.set(status, (statuses.get(status) ?? 0) + 1)
+      }
+      expect([...statuses]).toEqual([[200, 240]])
+    } finally {
+      await quick.close()
+    }
+  }, 120_000)
+})

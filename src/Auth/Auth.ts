@@ -65,7 +65,11 @@ export class Auth extends Effect.Service<Auth>()("hookline/Auth", {
 
     /** The live key's owner, or None for an unknown or revoked key. */
     const findKey = (plainKey: string) =>
-      Duration.toMillis(config.cacheTtl) > 0 ? cache.get(sha256Hex(plainKey)) : lookupByHash(sha256Hex(plainKey))
+      Duration.toMillis(config.cacheTtl) > 0
+        // Concurrent gets share one lookup, run by the first: that request hanging up must not
+        // interrupt it for the others (they would answer 503).
+        ? Effect.uninterruptible(cache.get(sha256Hex(plainKey)))
+        : lookupByHash(sha256Hex(plainKey))
 
     const createKey = (accountId: string, scopes: ReadonlyArray<Scope> | undefined) =>
       Effect.gen(function*() {
