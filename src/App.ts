@@ -14,6 +14,7 @@ import { CreditHistory } from "./Ledger/History.js"
 import { Ledger } from "./Ledger/Ledger.js"
 import { LedgerSweeperLive } from "./Ledger/Sweeper.js"
 import { Metrics } from "./Observability/Metrics.js"
+import { MetricsListenerLive } from "./Observability/MetricsEndpoint.js"
 import { TracingLive } from "./Observability/Tracing.js"
 import { BlobStore } from "./Predictions/BlobStore.js"
 import { Predictions, WorkSignal } from "./Predictions/Predictions.js"
@@ -44,8 +45,18 @@ export const ServicesLive = Layer.mergeAll(
   Secrets.Live
 )
 
-/** Fibers in the back yard: sweepers, workers, dispatchers. */
-export const BackgroundLive = Layer.mergeAll(LedgerSweeperLive, IdempotencySweeperLive, DispatcherLive, WorkerLive, PredictionsSweeperLive)
+/**
+ * Fibers in the back yard: sweepers, workers, dispatchers; and the metrics listener (METRICS_PORT),
+ * which like them belongs to the server process, not to the admin CLI's.
+ */
+export const BackgroundLive = Layer.mergeAll(
+  LedgerSweeperLive,
+  IdempotencySweeperLive,
+  DispatcherLive,
+  WorkerLive,
+  PredictionsSweeperLive,
+  MetricsListenerLive
+)
 
 /** Bun's own body limit sits above the largest upload; each route enforces its own limit. */
 const maxRequestBodySize = 300 * 1024 * 1024

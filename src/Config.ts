@@ -5,7 +5,7 @@
  */
 import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
 
 export const ServerConfig = Config.all({
@@ -47,6 +47,46 @@ interface StoredSecrets {
 
 const randomSecret = (bytes: number) => randomBytes(bytes).toString("base64url")
 
+const readStored = (file: string): StoredSecrets | undefined =>
+  existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as StoredSecrets) : undefined
+
+/**
+ * Writes the secrets file whole through a temp file, so no process ever reads half a file.
+ * `create`: only if no file exists yet (link fails when another process made one first: its
+ * secrets win); otherwise the file is replaced (rename).
+ */
+const writeStored = (file: string, secrets: StoredSecrets, mode: "create" | "replace") => {
+  const temp = `${file}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`
+  writeFileSync(temp, JSON.stringify(secrets, null, 2), { mode: 0o600 })
+  try {
+    if (mode === "create") linkSync(temp, file)
+    else renameSync(temp, file)
+  } catch (error) {
+    if (!(error instanceof Error && "code" in error && error.code === "EEXIST")) throw error
+  } finally {
+    rmSync(temp, { force: true })
+  }
+}
+
+/**
+ * The stored secrets, with `needed` ones generated if missing. Several processes starting
+ * together on a fresh DATA_DIR race to create the file: exactly one creation wins, and every
+ * process then reads the file, so all of them use the same secrets. (Adding a key to an existing
+ * file only happens when an embedded server, a single process, first needs its admin token.)
+ */
+const storedSecrets = (dataDir: string, needed: ReadonlyArray<keyof StoredSecrets>): StoredSecrets => {
+  const file = join(dataDir, "secrets.json")
+  const stored = readStored(file)
+  if (needed.length === 0) return stored ?? {}
+  const missing = needed.filter((key) => stored?.[key] === undefined)
+  if (missing.length === 0 && stored !== undefined) return stored
+  mkdirSync(dataDir, { recursive: true })
+  const next: StoredSecrets = { ...stored }
+  for (const key of missing) next[key] = randomSecret(32)
+  writeStored(file, next, stored === undefined ? "create" : "replace")
+  return readStored(file) ?? next
+}
+
 export const loadServerSecrets = Effect.gen(function*() {
   const config = yield* ServerConfig
   const fromEnv = yield* Config.all({
@@ -54,30 +94,25 @@ export const loadServerSecrets = Effect.gen(function*() {
     cursorSecret: Config.option(Config.redacted("CURSOR_SECRET")),
     webhookSecretKey: Config.option(Config.redacted("WEBHOOK_SECRET_KEY"))
   })
+  const given = (value: Option.Option<Redacted.Redacted<string>>) => Option.filter(value, (secret) => Redacted.value(secret) !== "")
   const embedded = Option.isNone(config.databaseUrl)
-  const file = join(config.dataDir, "secrets.json")
-  const stored: StoredSecrets = existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as StoredSecrets) : {}
-  const next: StoredSecrets = { ...stored }
-  const pick = (value: Option.Option<Redacted.Redacted<string>>, key: keyof StoredSecrets, generate: boolean) =>
-    Option.match(Option.filter(value, (secret) => Redacted.value(secret) !== ""), {
-      onSome: (secret) => secret,
-      onNone: () => {
-        if (next[key] === undefined && generate) next[key] = randomSecret(32)
-        return next[key] === undefined ? null : Redacted.make(next[key])
-      }
-    })
-  const adminToken = pick(fromEnv.adminToken, "admin_token", embedded)
-  const cursorSecret = pick(fromEnv.cursorSecret, "cursor_secret", true)!
-  const webhookSecretKey = pick(fromEnv.webhookSecretKey, "webhook_secret_key", true)!
-  if (JSON.stringify(next) !== JSON.stringify(stored)) {
-    mkdirSync(config.dataDir, { recursive: true })
-    writeFileSync(file, JSON.stringify(next, null, 2), { mode: 0o600 })
-  }
+  // With a real database the admin token is never generated: without ADMIN_TOKEN there is no admin API.
+  const needed: Array<keyof StoredSecrets> = [
+    ...(embedded && Option.isNone(given(fromEnv.adminToken)) ? ["admin_token" as const] : []),
+    ...(Option.isNone(given(fromEnv.cursorSecret)) ? ["cursor_secret" as const] : []),
+    ...(Option.isNone(given(fromEnv.webhookSecretKey)) ? ["webhook_secret_key" as const] : [])
+  ]
+  const stored = storedSecrets(config.dataDir, needed)
+  const pick = (value: Option.Option<Redacted.Redacted<string>>, key: keyof StoredSecrets) =>
+    Option.getOrElse(given(value), () => Redacted.make(stored[key] ?? ""))
+  const adminToken = Option.isSome(given(fromEnv.adminToken)) || stored.admin_token !== undefined
+    ? pick(fromEnv.adminToken, "admin_token")
+    : null
   return {
     adminToken,
-    cursorSecret,
-    webhookSecretKey,
-    adminTokenGenerated: Option.isNone(fromEnv.adminToken) && adminToken !== null
+    cursorSecret: pick(fromEnv.cursorSecret, "cursor_secret"),
+    webhookSecretKey: pick(fromEnv.webhookSecretKey, "webhook_secret_key"),
+    adminTokenGenerated: Option.isNone(given(fromEnv.adminToken)) && adminToken !== null
   } satisfies ServerSecrets
 })
 

@@ -27,7 +27,8 @@ const env = {
   WORKER_CONCURRENCY: "2",
   WORKER_POLL_INTERVAL: "500 millis",
   LEDGER_SWEEP_INTERVAL: "1 second",
-  PREDICTION_SWEEP_INTERVAL: "1 second"
+  PREDICTION_SWEEP_INTERVAL: "1 second",
+  METRICS_TOKEN: "metrics-token-for-tests"
 }
 
 beforeAll(async () => {
@@ -50,7 +51,7 @@ afterAll(async () => {
 
 /** One counter of a process's /metrics, summed over the label sets that match `labels`. */
 const metric = async (server: ServerProcess, name: string, labels: string) => {
-  const text = (await server.request<string>("/metrics")).body
+  const text = (await server.request<string>("/metrics", { key: env.METRICS_TOKEN })).body
   let total = 0
   for (const line of text.split("\n")) {
     if (line.startsWith(`${name}{`) && line.includes(labels)) total += Number(line.slice(line.lastIndexOf(" ") + 1))

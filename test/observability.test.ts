@@ -39,7 +39,13 @@ const hookId = `hook_${"ab".repeat(16)}`
 beforeAll(async () => {
   server = await startTestServer(
     // Every request traced, so each test sees its spans (sampling has its own tests).
-    { LOG_LEVEL: "Info", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true", OTEL_TRACES_SAMPLER: "always_on" },
+    {
+      LOG_LEVEL: "Info",
+      WEBHOOK_ALLOW_PRIVATE: "true",
+      WEBHOOK_ALLOW_INSECURE: "true",
+      OTEL_TRACES_SAMPLER: "always_on",
+      METRICS_TOKEN: metricsToken
+    },
     // The plain JSON logger, without the redaction net: the lines must be clean by construction.
     { tracer: collected.tracer, logger: Logger.map(Logger.jsonLogger, (line) => logLines.push(line)) }
   )
@@ -73,6 +79,9 @@ const descendsFrom = (span: Tracer.Span, ancestor: Tracer.Span): boolean => {
   return false
 }
 
+const metricsToken = "metrics-token-for-tests"
+const metricsAuthorization = { authorization: `Bearer ${metricsToken}` }
+
 /** The value of one sample line (`name{labels} value`), 0 when absent. */
 const sample = (text: string, name: string, labels: Record<string, string> = {}): number => {
   const wanted = Object.entries(labels).map(([key, value]) => `${key}="${value}"`)
@@ -87,7 +96,7 @@ const sample = (text: string, name: string, labels: Record<string, string> = {})
 }
 
 const scrape = async () => {
-  const response = await fetch(`${server.url}/metrics`)
+  const response = await fetch(`${server.url}/metrics`, { headers: metricsAuthorization })
   expect(response.status).toBe(200)
   expect(response.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8")
   return response.text()
@@ -346,7 +355,7 @@ describe("sampling", () => {
 })
 
 describe("metrics", () => {
-  test("/metrics needs no key and counts requests by route and status, with latency histograms", async () => {
+  test("/metrics (with the metrics token) counts requests by route and status, with latency histograms", async () => {
     const before = await scrape()
     const ok = { route: "/v1/wallet", method: "GET", status: "200" }
     const refused = { route: "/v1/wallet", method: "GET", status: "401" }
@@ -410,7 +419,7 @@ describe("metrics", () => {
 
   test("jobs by state, queue depth and age, and database pool usage are read at scrape time", async () => {
     // Its own server without background fibers: no worker or dispatcher takes the rows below.
-    const quiet = await startTestServer({}, { background: false })
+    const quiet = await startTestServer({ METRICS_TOKEN: metricsToken }, { background: false })
     try {
       const owner = await quiet.account({ plan: "enterprise" })
       const job = (id: string, status: string, queuedAgo: string | null) =>
@@ -430,7 +439,7 @@ describe("metrics", () => {
         [owner.accountId]
       )
 
-      const response = await fetch(`${quiet.url}/metrics`)
+      const response = await fetch(`${quiet.url}/metrics`, { headers: metricsAuthorization })
       expect(response.status).toBe(200)
       const text = await response.text()
       expect(sample(text, "hookline_jobs", { state: "queued" })).toBe(2)

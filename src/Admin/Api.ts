@@ -2,15 +2,24 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Plan, Scope } from "../Auth/Api.js"
-import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire } from "../Errors.js"
+import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire, RateLimitExceededWire } from "../Errors.js"
 import { HookCategoryList } from "../Hooks/Api.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
-import { CreditTransactionList, TransactionParams, transactionsDescription, Wallet } from "../Ledger/Api.js"
+import { CreditTransactionList, maxBalance, TransactionParams, transactionsDescription, Wallet } from "../Ledger/Api.js"
 import { Bucket } from "../Ledger/Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
 
 
-const Credits = Schema.Int.pipe(Schema.nonNegative())
+/** A whole number of credits in [min, max], with one plain message for any other number. */
+const wholeCredits = (min: number, max: number) =>
+  Schema.Number.pipe(Schema.filter((n) => Number.isSafeInteger(n) && n >= min && n <= max, {
+    message: () => `must be a whole number from ${min} to ${max}`,
+    jsonSchema: { type: "integer", minimum: min, maximum: max }
+  }))
+
+const Credits = wholeCredits(0, maxBalance)
+/** The monthly grant is a PostgreSQL integer. */
+const MonthlyGrant = wholeCredits(0, 2_147_483_647)
 
 export const Account = Schema.Struct({
   object: Schema.Literal("account"),
@@ -27,7 +36,7 @@ export type Account = typeof Account.Type
 export const CreateAccount = Schema.Struct({
   name: Schema.optional(Schema.String.pipe(Schema.maxLength(200))),
   plan: Plan,
-  monthly_grant: Schema.optional(Credits),
+  monthly_grant: Schema.optional(MonthlyGrant),
   monthly_balance: Schema.optional(Credits),
   topup_balance: Schema.optional(Credits)
 }).annotations({ ...strict, identifier: "CreateAccount" })
@@ -60,7 +69,7 @@ export const ApiKeyRevoked = Schema.Struct({
 
 export const GrantCredits = Schema.Struct({
   bucket: Bucket,
-  amount: Schema.Int.pipe(Schema.positive()),
+  amount: wholeCredits(1, maxBalance),
   reason: Schema.optional(Schema.String.pipe(Schema.maxLength(500))),
   reference: Schema.optional(
     Schema.String.pipe(
@@ -96,7 +105,7 @@ export const ImportResult = Schema.Struct({
 export type ImportResult = typeof ImportResult.Type
 
 export class AdminAuthentication extends HttpApiMiddleware.Tag<AdminAuthentication>()("hookline/AdminAuthentication", {
-  failure: Schema.Union(InvalidApiKeyWire, NotFoundWire),
+  failure: Schema.Union(InvalidApiKeyWire, NotFoundWire, RateLimitExceededWire),
   security: { adminToken: HttpApiSecurity.bearer }
 }) {}
 

@@ -1,6 +1,5 @@
 import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
-import { Effect, Layer, Redacted } from "effect"
-import { timingSafeEqual } from "node:crypto"
+import { Effect, Layer, Option, Redacted } from "effect"
 import { HooklineApi } from "../Api.js"
 import { Auth } from "../Auth/Auth.js"
 import { Secrets } from "../Config.js"
@@ -10,18 +9,16 @@ import { importHooksFromRequest } from "../Hooks/Import.js"
 import { idempotent } from "../Idempotency/Idempotent.js"
 import { CreditHistory } from "../Ledger/History.js"
 import { Ledger } from "../Ledger/Ledger.js"
-import { sha256Hex } from "../Ids.js"
+import { RateLimits } from "../RateLimit/RateLimits.js"
+import { sameSecret } from "../Ids.js"
 import { Accounts } from "./Accounts.js"
 import { AdminAuthentication } from "./Api.js"
-
-/** Compares digests, so the time taken says nothing about how much of the token matched. */
-const sameSecret = (given: string, expected: string) =>
-  timingSafeEqual(Buffer.from(sha256Hex(given), "hex"), Buffer.from(sha256Hex(expected), "hex"))
 
 export const AdminAuthenticationLive = Layer.effect(
   AdminAuthentication,
   Effect.gen(function*() {
     const secrets = yield* Secrets
+    const rateLimits = yield* RateLimits
     return AdminAuthentication.of({
       adminToken: () =>
         Effect.gen(function*() {
@@ -30,6 +27,8 @@ export const AdminAuthenticationLive = Layer.effect(
           if (secrets.adminToken === null) return yield* new NotFound({ message: "No route for this request." })
           const match = /^Bearer (\S+)$/.exec(request.headers["authorization"] ?? "")
           if (match === null || !sameSecret(match[1], Redacted.value(secrets.adminToken))) {
+            // Counted with /v1's failures per client address: guessing the token is limited too.
+            yield* rateLimits.failedAuthentication(Option.getOrElse(request.remoteAddress, () => "unknown"))
             return yield* new InvalidApiKey({ message: "Missing or invalid admin token." })
           }
         })

@@ -67,10 +67,17 @@ export type HookRich = typeof HookRich.Type
 export const HookList = ListOf(HookLean, "HookList")
 export type HookList = typeof HookList.Type
 
+/** The longest q (spec 8.2), in characters. */
+export const maxQueryCharacters = 200
+
 export const SearchParams = Schema.Struct({
   q: Schema.String.pipe(
     Schema.minLength(1),
-    Schema.maxLength(200),
+    // Characters are code points (an emoji is one), as JSON Schema's maxLength counts them.
+    Schema.filter((q) => [...q].length <= maxQueryCharacters, {
+      message: () => `must be at most ${maxQueryCharacters} characters`,
+      jsonSchema: { maxLength: maxQueryCharacters }
+    }),
     // PostgreSQL text cannot hold U+0000: refuse it here, before the reserve.
     Schema.filter((q) => !q.includes("\u0000"), { message: () => "must not contain the NUL character (U+0000)" })
   ).annotations({

@@ -7,7 +7,8 @@
  * request that fails either never reaches it and stores nothing. Without the header the effect
  * just runs. With it:
  * - the key must be 1 to 255 printable ASCII characters (else 422 naming Idempotency-Key);
- * - the key is scoped to the caller's account, or to the admin token on /admin;
+ * - the key is scoped to the caller's API key (another key of the same account has its own
+ *   keys and never sees this key's answers), or to the admin token on /admin;
  * - the fingerprint is method, path (with query) and the decoded `parameters` in canonical JSON
  *   (key order and whitespace do not matter; a route without a body passes none: its body is
  *   ignored). Another fingerprint on a known key → 422 naming Idempotency-Key;
@@ -75,10 +76,10 @@ const mismatch = (method: string, path: string) =>
       "use a new key for a new request."
   })
 
-/** The account for /v1 routes; the admin token (as a digest) for /admin routes. */
+/** The API key for /v1 routes; the admin token (as a digest) for /admin routes. */
 const scopeOf = (request: HttpServerRequest.HttpServerRequest) =>
   Effect.map(Effect.serviceOption(CurrentCaller), (caller) => {
-    if (Option.isSome(caller)) return Option.some(`account:${caller.value.accountId}`)
+    if (Option.isSome(caller)) return Option.some(`key:${caller.value.keyId}`)
     const token = /^Bearer (\S+)$/.exec(request.headers["authorization"] ?? "")
     return token !== null && request.url.startsWith("/admin/")
       ? Option.some(`admin:${sha256Hex(token[1]).slice(0, 32)}`)

@@ -6,6 +6,12 @@ import { InvalidCursorWire } from "../Errors.js"
 import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
 import { Bucket } from "./Domain.js"
 
+/**
+ * The most credits one balance may hold: the largest integer every JSON client reads exactly
+ * (2^53 - 1), well inside the database's bigint. A grant that would pass it is refused (422).
+ */
+export const maxBalance = Number.MAX_SAFE_INTEGER
+
 export const Wallet = Schema.Struct({
   object: Schema.Literal("wallet"),
   monthly_balance: Schema.Int,

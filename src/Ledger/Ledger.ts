@@ -11,6 +11,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Option, Schema } from "effect"
+import { maxBalance } from "./Api.js"
 import type { Bucket } from "./Domain.js"
 import { InsufficientCredits, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
@@ -321,7 +322,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
         const referenceId = details.referenceId ?? null
         const toMonthly = bucket === "monthly" ? amount : 0
         const toTopup = bucket === "topup" ? amount : 0
-        const rows = yield* sql<{ found: number; granted: number }>`
+        const rows = yield* sql<{ found: number; granted: number; overflow: number }>`
           WITH old AS (
             SELECT monthly_balance AS m, topup_balance AS t FROM wallets WHERE account_id = ${accountId} FOR UPDATE
           ),
@@ -329,7 +330,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
             INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reference_id, request_id, reason)
             SELECT ${newId("txn")}, ${accountId}, 'grant', ${bucket}, ${amount}, m + ${toMonthly}, t + ${toTopup},
                    'admin', ${referenceId}, ${details.requestId ?? null}, ${details.reason ?? null}
-              FROM old
+              FROM old WHERE m + ${toMonthly} <= ${maxBalance} AND t + ${toTopup} <= ${maxBalance}
             ON CONFLICT (account_id, reference_id)
               WHERE entry_type = 'grant' AND operation = 'admin' AND reference_id IS NOT NULL
               DO NOTHING
@@ -341,9 +342,13 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
              WHERE account_id = ${accountId} AND EXISTS (SELECT 1 FROM journal)
             RETURNING 1
           )
-          SELECT (SELECT count(*) FROM old)::int AS found, (SELECT count(*) FROM w)::int AS granted
+          SELECT (SELECT count(*) FROM old)::int AS found, (SELECT count(*) FROM w)::int AS granted,
+                 (SELECT count(*) FROM old WHERE m + ${toMonthly} > ${maxBalance} OR t + ${toTopup} > ${maxBalance})::int AS overflow
         `
         if ((rows[0]?.found ?? 0) === 0) return yield* Effect.dieMessage(`No wallet for account ${accountId}`)
+        if ((rows[0]?.overflow ?? 0) > 0) {
+          return yield* new ValidationFailed({ message: `amount: the ${bucket} balance would pass ${maxBalance} credits, the most a balance holds.` })
+        }
         if ((rows[0]?.granted ?? 0) === 0 && referenceId !== null) {
           const first = yield* sql<{ bucket: string; amount: number }>`
             SELECT bucket, amount FROM credit_journal

@@ -2,15 +2,28 @@
  * Metrics, kept with Effect's Metric module and served at GET /metrics in the Prometheus text
  * format (0.0.4). Counters and histograms are updated where things happen (requests, the
  * Ledger, the prediction worker, the webhook dispatcher); the gauges that describe the
- * database (jobs by state, queue depth and age, pool usage) are read when /metrics is scraped.
+ * database (jobs by state, queue depth and age) are read from it at most once per
+ * METRICS_REFRESH_INTERVAL, whatever the scrape rate, and pool usage at every scrape.
+ * Who may scrape is MetricsEndpoint.ts's.
  *
  * Labels hold bounded values only: route templates, statuses, operations, outcomes. Never an
  * account, a key or a raw path.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Metric, MetricBoundaries, MetricKey, MetricKeyType, MetricLabel, MetricState, Option } from "effect"
+import { Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricKeyType, MetricLabel, MetricState, Option } from "effect"
 import type { MetricPair } from "effect"
 import { DbPool, orDieOnDb } from "../Sql.js"
+
+export const MetricsConfig = Config.all({
+  /** Bearer token GET /metrics requires; unset (or empty): /metrics is not served on the API port. */
+  token: Config.option(Config.redacted("METRICS_TOKEN")),
+  /** A separate listener serving only GET /metrics (unset: none). */
+  port: Config.option(Config.integer("METRICS_PORT")),
+  host: Config.string("METRICS_HOST").pipe(Config.withDefault("127.0.0.1")),
+  /** The database gauges are read at most this often; scrapes in between get the last values. */
+  refreshInterval: Config.duration("METRICS_REFRESH_INTERVAL").pipe(Config.withDefault(Duration.seconds(5)))
+})
+export type MetricsConfig = Config.Config.Success<typeof MetricsConfig>
 
 const labels = (tags: Record<string, string>) => Object.entries(tags).map(([key, value]) => MetricLabel.make(key, value))
 
@@ -138,7 +151,7 @@ export const recordWebhookAttempt = (outcome: WebhookOutcome, seconds: number) =
     add(webhookDuration({ outcome }), seconds)
   })
 
-// Read at scrape time.
+// Read from the database (at most once per refresh interval) and the pool.
 const jobsByState = gauge("hookline_jobs", "Prediction jobs in the database, by state.")
 const queueDepth = gauge(
   "hookline_queue_depth",
@@ -167,6 +180,7 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const pool = yield* DbPool
+    const config = yield* MetricsConfig
 
     const readQueues = Effect.gen(function*() {
       const jobs = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM predictions GROUP BY status`
@@ -184,13 +198,21 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
       } satisfies QueueRow
     }).pipe(orDieOnDb)
 
-    const refreshGauges = Effect.map(readQueues, (queues) => {
+    const refreshDatabaseGauges = Effect.map(readQueues, (queues) => {
       const counts = new Map(queues.jobs.map((row) => [row.status, row.n]))
       for (const state of predictionStates) add(jobsByState({ state }), counts.get(state) ?? 0)
       add(queueDepth({ queue: "predictions" }), counts.get("queued") ?? 0)
       add(queueDepth({ queue: "webhooks" }), queues.deliveries)
       add(queueAge({ queue: "predictions" }), queues.oldestQueuedSeconds)
       add(queueAge({ queue: "webhooks" }), queues.oldestDueSeconds)
+    }).pipe(
+      // A database that does not answer leaves the last values; the scrape still answers.
+      Effect.catchAllCause((cause) => Effect.logWarning("metrics: database gauges not refreshed", cause))
+    )
+    // Concurrent scrapes share one read; the next read happens once the interval has passed.
+    const databaseGauges = yield* Effect.cachedWithTTL(refreshDatabaseGauges, config.refreshInterval)
+
+    const refreshPoolGauges = Effect.sync(() => {
       add(poolConnections({ state: "open" }), pool.totalCount)
       add(poolConnections({ state: "idle" }), pool.idleCount)
       add(poolConnections({ state: "in_use" }), pool.totalCount - pool.idleCount)
@@ -198,10 +220,13 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
       add(poolMax({}), pool.options.max ?? 10)
     })
 
-    /** The Prometheus exposition of every metric of this process, gauges freshly read. */
-    const scrape = Effect.zipRight(refreshGauges, Effect.map(Metric.snapshot, renderPrometheus))
+    /** The Prometheus exposition of every metric of this process. */
+    const scrape = databaseGauges.pipe(
+      Effect.zipRight(refreshPoolGauges),
+      Effect.zipRight(Effect.map(Metric.snapshot, renderPrometheus))
+    )
 
-    return { scrape } as const
+    return { config, scrape } as const
   })
 }) {}
 

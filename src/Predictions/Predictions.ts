@@ -198,9 +198,11 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         return hold
       })
 
+    // A link lands only while its key is live and its account not suspended (else nothing is reserved).
     const lockAwaiting = (predictionId: string) =>
       sql<{ status: string; account_id: string }>`
-        SELECT status, account_id FROM predictions WHERE id = ${predictionId} FOR UPDATE`.pipe(
+        SELECT p.status, p.account_id FROM predictions p JOIN api_keys k ON k.id = p.key_id JOIN accounts a ON a.id = p.account_id
+         WHERE p.id = ${predictionId} AND k.revoked_at IS NULL AND NOT a.suspended FOR UPDATE OF p`.pipe(
         Effect.map((rows) => rows[0]?.status === "awaiting_upload" ? Option.some(rows[0].account_id) : Option.none())
       )
 
@@ -238,8 +240,10 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
 
     const findUploadByToken = (tokenHash: string) =>
       sql`
-        SELECT id, prediction_id, account_id, status, blob_key, expires_at <= now() AS expired
-          FROM uploads WHERE token_hash = ${tokenHash}`.pipe(
+        SELECT u.id, u.prediction_id, u.account_id, u.status, u.blob_key,
+               u.expires_at <= now() OR k.revoked_at IS NOT NULL OR a.suspended AS expired -- a link dies with its key
+          FROM uploads u JOIN api_keys k ON k.id = u.key_id JOIN accounts a ON a.id = u.account_id
+         WHERE u.token_hash = ${tokenHash}`.pipe(
         Effect.flatMap((rows) =>
           rows.length === 0 ? Effect.succeed(Option.none<UploadRow>()) : Effect.map(Schema.decodeUnknown(UploadRow)(rows[0]), Option.some)
         )

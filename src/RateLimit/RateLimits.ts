@@ -13,6 +13,7 @@ import { Config, ConfigError, Duration, Effect, Either, Layer, Option } from "ef
 import type { Plan } from "../Auth/Api.js"
 import { wholeSeconds } from "../Durations.js"
 import { InvalidApiKey, RateLimitExceeded } from "../Errors.js"
+import { layerBoundedMemoryStore } from "./MemoryStore.js"
 
 interface Bucket {
   readonly name: string
@@ -37,6 +38,8 @@ export const RateLimitConfig = Config.all({
   enabled: Config.boolean("RATE_LIMIT_ENABLED").pipe(Config.withDefault(true)),
   redisUrl: Config.option(Config.string("REDIS_URL")),
   failedAuthPerMinute: Config.integer("RATE_LIMIT_FAILED_AUTH_PER_MINUTE").pipe(Config.withDefault(20)),
+  /** Most counters the in-process store keeps (keys and failing addresses); see MemoryStore.ts. */
+  memoryEntries: Config.integer("RATE_LIMIT_MEMORY_ENTRIES").pipe(Config.withDefault(100_000)),
   pro: bucketConfig("pro", "RATE_LIMIT_PRO", "10/20"),
   business: bucketConfig("business", "RATE_LIMIT_BUSINESS", "50/100"),
   enterprise: bucketConfig("enterprise", "RATE_LIMIT_ENTERPRISE", "200/400")
@@ -65,7 +68,7 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
     // Built in this service's scope: the Redis connection lives as long as the server.
     const store = yield* Layer.build(
       Option.match(config.redisUrl, {
-        onNone: () => RateLimiter.layerStoreMemory,
+        onNone: () => layerBoundedMemoryStore(config.memoryEntries),
         onSome: (url) => RedisStore.layerStore({ ...parseRedisUrl(url), prefix: "hookline:ratelimit:" })
       })
     )
@@ -102,11 +105,14 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
       )
     }
 
-    /** Counts a failed authentication from `address`; past the limit the 401 becomes a 429. */
+    /**
+     * Counts a failed authentication (a /v1 key or the /admin token) from `address`; past the
+     * limit the 401 becomes a 429.
+     */
     const failedAuthentication = (address: string): Effect.Effect<void, RateLimitExceeded | InvalidApiKey> => {
       if (!config.enabled) return Effect.void
       const window = Duration.minutes(1)
-      return consume(`auth:${address}`, "failed-auth", config.failedAuthPerMinute, window, "fixed-window").pipe(
+      return consume(`auth:${clientOf(address)}`, "failed-auth", config.failedAuthPerMinute, window, "fixed-window").pipe(
         Effect.catchTag("RateLimiterError", (error) =>
           error.reason === "Exceeded"
             ? setHeaders({ "retry-after": String(wholeSeconds(error.retryAfter, 1)) }).pipe(
@@ -120,6 +126,21 @@ export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimit
     return { perKey, failedAuthentication } as const
   })
 }) {}
+
+/**
+ * Whom a failed authentication is counted against: the IPv4 address (also when IPv4-mapped), or
+ * the IPv6 /64, since one client normally holds a whole /64 and could otherwise try 2^64 times.
+ */
+export const clientOf = (address: string): string => {
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address)
+  if (mapped !== null) return mapped[1]
+  if (!address.includes(":")) return address
+  const [head = "", tail] = address.split("%")[0].split("::")
+  const left = head === "" ? [] : head.split(":")
+  const right = tail === undefined || tail === "" ? [] : tail.split(":")
+  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right]
+  return `${groups.slice(0, 4).map((group) => parseInt(group, 16).toString(16)).join(":")}::/64`
+}
 
 const parseRedisUrl = (url: string) => {
   const parsed = new URL(url)

@@ -1,7 +1,7 @@
 /** Liveness and readiness probes, and the Prometheus scrape endpoint. */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { ServiceUnavailableWire } from "../Errors.js"
+import { InvalidApiKeyWire, RateLimitExceededWire, ServiceUnavailableWire } from "../Errors.js"
 
 export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotations({ identifier: "Health" })
 
@@ -20,7 +20,9 @@ export class SystemApi extends HttpApiGroup.make("system")
   .add(
     HttpApiEndpoint.get("metrics", "/metrics")
       .addSuccess(HttpApiSchema.Text({ contentType: "text/plain; version=0.0.4; charset=utf-8" }))
-      .annotate(OpenApi.Summary, "Prometheus metrics of this process (no API key; keep it on the private network)")
+      .addError(InvalidApiKeyWire)
+      .addError(RateLimitExceededWire)
+      .annotate(OpenApi.Summary, "Prometheus metrics of this process (Authorization: Bearer <METRICS_TOKEN>; 404 when it is unset)")
       .annotate(
         OpenApi.Description,
         "Request counts and latency histograms by route and status, credits charged by operation, prediction jobs by " +

@@ -5,6 +5,7 @@ import { readdirSync } from "node:fs"
 import { HooklineApi } from "../Api.js"
 import { ServiceUnavailable } from "../Errors.js"
 import { Metrics } from "../Observability/Metrics.js"
+import { checkMetricsAccess } from "../Observability/MetricsEndpoint.js"
 import { migrationsDirectory } from "../Sql.js"
 
 /** The highest migration id shipped with this build; /readyz wants the database at least there. */
@@ -22,7 +23,7 @@ export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handl
     const metrics = yield* Metrics
     return handlers
       .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
-      .handle("metrics", () => metrics.scrape)
+      .handle("metrics", () => Effect.zipRight(checkMetricsAccess, metrics.scrape))
       .handle("readyz", () =>
         sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM effect_sql_migrations`.pipe(
           Effect.timeout("2 seconds"),

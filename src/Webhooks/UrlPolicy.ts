@@ -11,7 +11,11 @@ import { Data, Duration, Effect, Either } from "effect"
 import { lookup } from "node:dns/promises"
 import { isIP } from "node:net"
 
-export class UrlRefused extends Data.TaggedError("UrlRefused")<{ readonly message: string }> {}
+export class UrlRefused extends Data.TaggedError("UrlRefused")<{
+  readonly message: string
+  /** The host name did not resolve (or not in time): a state of DNS, not a broken rule. */
+  readonly unresolved?: boolean
+}> {}
 
 export const maxUrlLength = 2_048
 
@@ -184,15 +188,15 @@ export interface Target {
 const resolveAll = (host: string, timeout: Duration.Duration) =>
   Effect.tryPromise({
     try: () => lookup(host, { all: true, verbatim: true }),
-    catch: () => new UrlRefused({ message: `the host ${host} does not resolve` })
+    catch: () => new UrlRefused({ message: `the host ${host} does not resolve`, unresolved: true })
   }).pipe(
     Effect.timeoutFail({
       duration: timeout,
-      onTimeout: () => new UrlRefused({ message: `the host ${host} did not resolve in time` })
+      onTimeout: () => new UrlRefused({ message: `the host ${host} did not resolve in time`, unresolved: true })
     }),
     Effect.filterOrFail(
       (addresses) => addresses.length > 0,
-      () => new UrlRefused({ message: `the host ${host} does not resolve` })
+      () => new UrlRefused({ message: `the host ${host} does not resolve`, unresolved: true })
     )
   )
 

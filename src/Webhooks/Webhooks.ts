@@ -17,7 +17,7 @@ import type { Webhook, WebhookSecret, WebhookTest } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
 import { makeSecretBox, type SecretUnreadable } from "./SecretBox.js"
 import { eventBody, generateSecret } from "./Signing.js"
-import { attemptAt, type AttemptRules } from "./Transport.js"
+import { attempt, attemptAt, type AttemptRules } from "./Transport.js"
 import { resolveTarget } from "./UrlPolicy.js"
 
 export type EventType = "prediction.succeeded" | "prediction.failed"
@@ -141,12 +141,21 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
         return { object: "webhook", url: rows[0].url, configured: rows[0].enabled, secret } satisfies WebhookSecret
       })
 
-    /** One synchronous, signed attempt of a synthetic prediction.succeeded event; nothing is stored. */
+    /**
+     * One synchronous, signed attempt of a synthetic prediction.succeeded event; nothing is stored.
+     * The URL is checked again first: one that now breaks a rule (resolves to a private address)
+     * is 422 naming the rule, while a host that no longer resolves is what a real delivery would
+     * meet too, an attempt without an HTTP answer (delivered false, status_code null).
+     */
     const sendTest = (accountId: string) =>
       Effect.gen(function*() {
         const row = yield* findRow(accountId)
         if (Option.isNone(row) || !row.value.enabled) return yield* notConfigured
-        const target = yield* checkUrl(row.value.url)
+        const target = yield* resolveTarget(row.value.url, rules, config.resolveTimeout).pipe(
+          Effect.map(Option.some),
+          Effect.catchIf((refused) => refused.unresolved === true, () => Effect.succeedNone),
+          Effect.mapError((refused) => new ValidationFailed({ message: `url: ${refused.message}` }))
+        )
         const signingSecrets = yield* Either.match(
           openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
           { onLeft: (unreadable) => Effect.dieMessage(`webhook secret of ${accountId}: ${unreadable.message}`), onRight: Effect.succeed }
@@ -154,7 +163,8 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
         const now = new Date()
         const eventId = newId("evt")
         const body = eventBody({ id: eventId, type: "prediction.succeeded", createdAt: now.toISOString(), data: syntheticPrediction(now) })
-        const outcome = yield* attemptAt(target, { url: row.value.url, secrets: signingSecrets, eventId, body }, rules)
+        const input = { url: row.value.url, secrets: signingSecrets, eventId, body }
+        const outcome = yield* Option.match(target, { onSome: (checked) => attemptAt(checked, input, rules), onNone: () => attempt(input, rules) })
         yield* Effect.annotateLogs(Effect.logInfo("webhook test sent"), {
           account_id: accountId,
           delivered: outcome.delivered,

@@ -1,0 +1,363 @@
+/**
+ * Hostile tenants (issue 14): slips against the contract and its decisions, each sent as an
+ * attacker would. Every test checks the answer (status and envelope), that the server still
+ * answers, and that nothing was charged or lost (balance == sum(journal), no hold left pending).
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { createHash } from "node:crypto"
+import { mkdtempSync, readFileSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { expectEnvelope } from "./support/envelope.js"
+import {
+  type AccountBody,
+  type ApiKeyBody,
+  ledgerState,
+  type PredictionBody,
+  startTestServer,
+  type TestServer,
+  type TransactionPage,
+  type UploadLink,
+  type WalletBody,
+  type WebhookTestBody
+} from "./support/server.js"
+
+let server: TestServer
+
+beforeAll(async () => {
+  server = await startTestServer(
+    { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true", WEBHOOK_RESOLVE_TIMEOUT: "2 seconds" },
+    { background: false }
+  )
+})
+afterAll(() => server.close())
+
+/** Balance == sum(journal), no hold pending, and the total equals `expected`. */
+const expectUntouched = async (accountId: string, expected: number) => {
+  const state = await ledgerState(server.db, accountId)
+  expect(state.monthly).toBe(state.journalMonthly)
+  expect(state.topup).toBe(state.journalTopup)
+  expect(state.pendingHolds).toBe(0)
+  expect(state.monthly + state.topup).toBe(expected)
+}
+
+const expectAlive = async () => expect((await server.request("/healthz")).status).toBe(200)
+
+/** The first bytes of an MP4 (an `ftyp` box): enough for the upload's byte sniffing. */
+const mp4Head = () => {
+  const bytes = new Uint8Array(4096)
+  bytes.set([0, 0, 0, 0x18], 0)
+  bytes.set(new TextEncoder().encode("ftypisom"), 4)
+  return bytes
+}
+
+const uploadPath = (link: UploadLink) => new URL(link.upload_url).pathname
+
+describe("without API access (decisions.md)", () => {
+  test("the wallet and its own billing records stay open; metered and webhook-changing routes give 403", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 30, topup_balance: 5 })
+    expect((await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { plan: "free" } })).status).toBe(200)
+    const before = await ledgerState(server.db, accountId)
+
+    expect((await server.request<WalletBody>("/v1/wallet", { key })).status).toBe(200)
+    const history = await server.request<TransactionPage>("/v1/wallet/transactions", { key })
+    expect(history.status).toBe(200)
+    expect(history.body.data.length).toBeGreaterThan(0)
+    expect(history.body.data.every((row) => row.object === "credit_transaction")).toBe(true)
+    expect((await server.request("/v1/webhooks", { key })).status).toBe(200)
+
+    for (const [method, path] of [
+      ["GET", "/v1/hooks/search?q=hook"],
+      ["GET", "/v1/hooks/categories"],
+      ["POST", "/v1/predict/upload"],
+      ["PUT", "/v1/webhooks"],
+      ["POST", "/v1/webhooks/test"]
+    ] as const) {
+      const refused = await server.request(path, { method, key, ...(method === "PUT" ? { body: { url: "https://example.com/" } } : {}) })
+      expectEnvelope(refused, 403, "api_not_enabled")
+    }
+    await expectUntouched(accountId, before.monthly + before.topup)
+  })
+})
+
+describe("POST /v1/webhooks/test", () => {
+  test("a host that no longer resolves is an attempt without an HTTP answer, not a 422", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 10 })
+    expect((await server.request("/v1/webhooks", { method: "PUT", key, body: { url: "http://127.0.0.1:9/hook" } })).status).toBe(200)
+    // The name resolved when it was set; it does not any more (.invalid never resolves, RFC 6761).
+    await server.db.query("UPDATE webhooks SET url = $2 WHERE account_id = $1", [accountId, "http://gone.invalid/hook"])
+    const sent = await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })
+    expect(sent.status).toBe(200)
+    expect(sent.body).toEqual({ object: "webhook_test", delivered: false, status_code: null, event: "prediction.succeeded" })
+    // Without any webhook it is still 422.
+    const other = await server.account({ plan: "pro", monthly_balance: 10 })
+    expectEnvelope(await server.request("/v1/webhooks/test", { method: "POST", key: other.key }), 422, "validation_error")
+    await expectUntouched(accountId, 10)
+  })
+})
+
+describe("q length", () => {
+  test("counts characters, not UTF-16 units: 200 emoji are 200 characters, 201 are too many", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 10 })
+    const ok = await server.request(`/v1/hooks/search?q=${encodeURIComponent("😀".repeat(200))}`, { key })
+    expect(ok.status).toBe(200)
+    expect(ok.headers.get("x-credits-charged")).toBe("0")
+    const tooLong = await server.request(`/v1/hooks/search?q=${encodeURIComponent("😀".repeat(201))}`, { key })
+    expectEnvelope(tooLong, 422, "validation_error")
+    expect((tooLong.body as { error: { message: string } }).error.message).toContain("200 characters")
+    const ascii = await server.request(`/v1/hooks/search?q=${"a".repeat(201)}`, { key })
+    expectEnvelope(ascii, 422, "validation_error")
+    await expectUntouched(accountId, 10)
+  })
+})
+
+describe("upload links after the key is revoked or the account suspended", () => {
+  test("a revoked key's link takes no file and charges nothing", async () => {
+    const { accountId, key, keyId } = await server.account({ plan: "pro", monthly_balance: 50 })
+    const link = (await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key })).body
+    expect((await server.admin(`/admin/keys/${keyId}`, { method: "DELETE" })).status).toBe(200)
+    const put = await server.request(uploadPath(link), { method: "PUT", rawBody: mp4Head() })
+    expectEnvelope(put, 410, "upload_expired")
+    const rows = await server.db.query("SELECT status, hold_id FROM predictions WHERE id = $1", [link.prediction_id])
+    expect(rows.rows[0]).toEqual({ status: "awaiting_upload", hold_id: null })
+    await expectUntouched(accountId, 50)
+  })
+
+  test("a suspended account's link takes no file and charges nothing", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 50 })
+    const link = (await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key })).body
+    expect((await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { suspended: true } })).status).toBe(200)
+    expectEnvelope(await server.request(uploadPath(link), { method: "PUT", rawBody: mp4Head() }), 410, "upload_expired")
+    await expectUntouched(accountId, 50)
+  })
+
+  test("a key revoked while its file streams in: the file lands, but nothing is reserved", async () => {
+    const { accountId, key, keyId } = await server.account({ plan: "pro", monthly_balance: 50 })
+    const link = (await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key })).body
+    let release: () => void = () => {}
+    const revoked = new Promise<void>((resolve) => (release = resolve))
+    const body = new ReadableStream<Uint8Array>({
+      async start(controller) {
+        controller.enqueue(mp4Head())
+        await revoked
+        controller.enqueue(new Uint8Array(1024))
+        controller.close()
+      }
+    })
+    const put = fetch(server.url + uploadPath(link), { method: "PUT", body, duplex: "half" } as RequestInit)
+    // The PUT has claimed the link (the body is streaming) before the key is revoked.
+    for (let i = 0; i < 200; i++) {
+      const { rows } = await server.db.query("SELECT status FROM uploads WHERE id = $1", [link.upload_id])
+      if (rows[0].status === "receiving") break
+      await Bun.sleep(10)
+    }
+    expect((await server.admin(`/admin/keys/${keyId}`, { method: "DELETE" })).status).toBe(200)
+    release()
+    expect((await put).status).toBe(200)
+    const prediction = await server.db.query("SELECT status, hold_id FROM predictions WHERE id = $1", [link.prediction_id])
+    expect(prediction.rows[0]).toEqual({ status: "awaiting_upload", hold_id: null })
+    await expectUntouched(accountId, 50)
+  })
+})
+
+describe("Idempotency-Key", () => {
+  test("is scoped to the API key: another key of the same account does not replay the first key's answer", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 50 })
+    const second = (await server.admin<ApiKeyBody>(`/admin/accounts/${accountId}/keys`, { method: "POST", body: {} })).body.api_key
+    const headers = { "idempotency-key": "same-key-for-both" }
+    const first = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key, headers })
+    const again = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key, headers })
+    expect(again.headers.get("idempotent-replayed")).toBe("true")
+    expect(again.body.upload_id).toBe(first.body.upload_id)
+    const other = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key: second, headers })
+    expect(other.status).toBe(200)
+    expect(other.headers.get("idempotent-replayed")).toBeNull()
+    expect(other.body.upload_id).not.toBe(first.body.upload_id)
+    // The second key's own link works for it; the first key's prediction stays the first key's.
+    expect((await server.request<PredictionBody>(`/v1/predict/${other.body.prediction_id}`, { key: second })).status).toBe(200)
+    expectEnvelope(await server.request(`/v1/predict/${first.body.prediction_id}`, { key: second }), 404, "not_found")
+    await expectUntouched(accountId, 50)
+  })
+})
+
+describe("admin credits", () => {
+  test("a grant beyond what a balance can hold is 422 with a clear message, and credits nothing", async () => {
+    const { accountId } = await server.account({ plan: "pro", monthly_balance: 10, topup_balance: 0 })
+    for (const amount of ["9223372036854775808", "1e300", "9007199254740992"]) {
+      const refused = await server.admin(`/admin/accounts/${accountId}/credits`, {
+        method: "POST",
+        rawBody: `{"bucket":"topup","amount":${amount}}`,
+        headers: { "content-type": "application/json" }
+      })
+      expectEnvelope(refused, 422, "validation_error")
+      expect((refused.body as { error: { message: string } }).error.message).toContain("amount")
+    }
+    // The largest amount is taken once; a second grant that would overflow the balance is 422.
+    const max = Number.MAX_SAFE_INTEGER
+    expect((await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: max } })).status).toBe(200)
+    const overflow = await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 1 } })
+    expectEnvelope(overflow, 422, "validation_error")
+    expect((overflow.body as { error: { message: string } }).error.message).toContain("balance")
+    const account = await server.admin<AccountBody>(`/admin/accounts/${accountId}`)
+    expect(account.body.wallet.topup_balance).toBe(max)
+    await expectUntouched(accountId, 10 + max)
+    // An opening balance or monthly grant out of range is refused the same way.
+    for (const body of [
+      { plan: "custom", monthly_grant: 2 ** 31 },
+      { plan: "pro", topup_balance: 2 ** 53 }
+    ]) {
+      expectEnvelope(await server.admin("/admin/accounts", { method: "POST", body }), 422, "validation_error")
+    }
+    await expectAlive()
+  })
+})
+
+describe("failed /admin authentication", () => {
+  test("is limited per client address like /v1's: past the limit 429 with Retry-After, the real token still works", async () => {
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true", RATE_LIMIT_FAILED_AUTH_PER_MINUTE: "3" }, { background: false })
+    try {
+      const statuses: Array<number> = []
+      for (let i = 0; i < 5; i++) {
+        const refused = await fetch(`${limited.url}/admin/accounts/acct_x`, { headers: { authorization: `Bearer wrong-${i}` } })
+        statuses.push(refused.status)
+        const body = await refused.json() as { error: { type: string } }
+        expect(body.error.type).toBe(refused.status === 401 ? "invalid_api_key" : "rate_limit_exceeded")
+        if (refused.status === 429) expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0)
+      }
+      expect(statuses).toEqual([401, 401, 401, 429, 429])
+      // Only failures count: the operator's own token is not locked out.
+      const created = await limited.admin<AccountBody>("/admin/accounts", { method: "POST", body: { plan: "pro" } })
+      expect(created.status).toBe(200)
+    } finally {
+      await limited.close()
+    }
+  }, 60_000)
+})
+
+describe("secrets.json", () => {
+  test("processes starting together on a fresh DATA_DIR all end up with the same secrets", async () => {
+    const dataDir = join(mkdtempSync(join(tmpdir(), "hookline-secrets-")), "data")
+    const script = `
+      import { Effect, Redacted } from "effect"
+      import { createHash } from "node:crypto"
+      import { loadServerSecrets } from "${join(import.meta.dir, "../src/Config.ts")}"
+      // Start together: wait for the same instant, modules already loaded.
+      while (Date.now() < START_AT) {}
+      const secrets = await Effect.runPromise(loadServerSecrets)
+      const digest = (value) => createHash("sha256").update(Redacted.value(value)).digest("hex")
+      console.log(JSON.stringify([digest(secrets.adminToken), digest(secrets.cursorSecret), digest(secrets.webhookSecretKey)]))`
+    // Embedded mode (no DATABASE_URL) and no secret in the environment: every secret is generated.
+    const { DATABASE_URL: _database, ADMIN_TOKEN: _admin, CURSOR_SECRET: _cursor, WEBHOOK_SECRET_KEY: _webhook, ...inherited } = process.env
+    const env = { ...inherited, DATA_DIR: dataDir }
+    const startAt = Date.now() + 3_000
+    const children = Array.from({ length: 8 }, () =>
+      Bun.spawn([process.execPath, "-e", script.replace("START_AT", String(startAt))], { env, stdout: "pipe", stderr: "pipe", cwd: join(import.meta.dir, "..") }))
+    const outputs = await Promise.all(children.map(async (child) => {
+      const [out, err, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
+      if (code !== 0) throw new Error(err)
+      return out.trim()
+    }))
+    expect(new Set(outputs).size).toBe(1)
+    const stored = JSON.parse(readFileSync(join(dataDir, "secrets.json"), "utf8")) as Record<string, string>
+    const digest = (value: string) => createHash("sha256").update(value).digest("hex")
+    expect(JSON.parse(outputs[0])).toEqual([digest(stored.admin_token), digest(stored.cursor_secret), digest(stored.webhook_secret_key)])
+    expect(statSync(join(dataDir, "secrets.json")).mode & 0o777).toBe(0o600)
+  }, 60_000)
+})
+
+describe("/metrics", () => {
+  /** The value of an unlabelled or labelled sample line, or undefined when absent. */
+  const sample = (text: string, line: string) => {
+    const found = text.split("\n").find((row) => row.startsWith(`${line} `))
+    return found === undefined ? undefined : Number(found.slice(line.length + 1))
+  }
+
+  test("is not public: 404 on the API port without METRICS_TOKEN, whatever is sent", async () => {
+    for (const headers of [{} as Record<string, string>, { authorization: `Bearer ${server.adminToken}` }, { authorization: "Bearer guess" }]) {
+      const response = await fetch(`${server.url}/metrics`, { headers })
+      expectEnvelope({ status: response.status, headers: response.headers, body: await response.json() }, 404, "not_found")
+    }
+    await expectAlive()
+  })
+
+  test("with METRICS_TOKEN: 401 without it or with another, 200 with it; gauges are read at most once per interval", async () => {
+    const token = "a-long-random-metrics-token"
+    const guarded = await startTestServer(
+      { METRICS_TOKEN: token, METRICS_REFRESH_INTERVAL: "10 seconds" },
+      { background: false }
+    )
+    try {
+      for (const headers of [{} as Record<string, string>, { authorization: "Bearer wrong" }, { authorization: `Basic ${token}` }]) {
+        const response = await fetch(`${guarded.url}/metrics`, { headers })
+        expectEnvelope({ status: response.status, headers: response.headers, body: await response.json() }, 401, "invalid_api_key")
+      }
+      const scrape = async () => {
+        const response = await fetch(`${guarded.url}/metrics`, { headers: { authorization: `Bearer ${token}` } })
+        expect(response.status).toBe(200)
+        return response.text()
+      }
+      expect(sample(await scrape(), 'hookline_jobs{state="queued"}')).toBe(0)
+      const owner = await guarded.account({ plan: "enterprise" })
+      await guarded.db.query(
+        "INSERT INTO predictions (id, account_id, key_id, status, queued_at) VALUES ('pred_m1', $1, $2, 'queued', now())",
+        [owner.accountId, owner.keyId]
+      )
+      // Scrapes within the interval answer from the last read: a scrape storm costs no queries.
+      const burst = await Promise.all(Array.from({ length: 20 }, scrape))
+      for (const text of burst) expect(sample(text, 'hookline_jobs{state="queued"}')).toBe(0)
+      // The next read, once the interval has passed, sees the new job.
+      let seen: number | undefined = 0
+      for (let i = 0; i < 60 && seen === 0; i++) {
+        await Bun.sleep(500)
+        seen = sample(await scrape(), 'hookline_jobs{state="queued"}')
+      }
+      expect(seen).toBe(1)
+    } finally {
+      await guarded.close()
+    }
+  }, 60_000)
+
+  test("METRICS_PORT serves GET /metrics alone on its own listener; the API port keeps it hidden", async () => {
+    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() })
+    const port = probe.port
+    await probe.stop(true)
+    const separate = await startTestServer({ METRICS_PORT: String(port), METRICS_HOST: "127.0.0.1" })
+    try {
+      const metrics = await fetch(`http://127.0.0.1:${port}/metrics`)
+      expect(metrics.status).toBe(200)
+      expect(metrics.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8")
+      expect(await metrics.text()).toContain("# TYPE http_server_requests_total counter")
+      const other = await fetch(`http://127.0.0.1:${port}/v1/wallet`)
+      expectEnvelope({ status: other.status, headers: other.headers, body: await other.json() }, 404, "not_found")
+      const hidden = await fetch(`${separate.url}/metrics`)
+      expect(hidden.status).toBe(404)
+    } finally {
+      await separate.close()
+    }
+    // The listener stops with the server.
+    expect(await fetch(`http://127.0.0.1:${port}/metrics`).then(() => "answered", () => "closed")).toBe("closed")
+  }, 60_000)
+})
+
+describe("a client hanging up", () => {
+  test("during its key lookup does not fail the other requests of that key (they shared the lookup)", async () => {
+    const quick = await startTestServer({ AUTH_CACHE_TTL: "1 millis" }, { background: false })
+    try {
+      const { key } = await quick.account({ plan: "enterprise", monthly_balance: 10 })
+      const statuses = new Map<number, number>()
+      for (let i = 0; i < 60; i++) {
+        const controller = new AbortController()
+        const abandoned = fetch(`${quick.url}/v1/wallet`, { headers: { authorization: `Bearer ${key}` }, signal: controller.signal })
+          .catch(() => null)
+        const others = Array.from({ length: 4 }, () =>
+          fetch(`${quick.url}/v1/wallet`, { headers: { authorization: `Bearer ${key}` } }).then(async (r) => (await r.text(), r.status)))
+        setTimeout(() => controller.abort(), i % 5)
+        await abandoned
+        for (const status of await Promise.all(others)) statuses.set(status, (statuses.get(status) ?? 0) + 1)
+      }
+      expect([...statuses]).toEqual([[200, 240]])
+    } finally {
+      await quick.close()
+    }
+  }, 120_000)
+})
