@@ -197,6 +197,7 @@ export interface TransactionBody {
   readonly created_at: string
   readonly request_id: string | null
   readonly reference: { readonly kind: string; readonly id: string | null }
+  readonly reason: string | null
 }
 
 /** A page of the credit history (/v1/wallet/transactions, /admin/accounts/{id}/transactions). */
