@@ -5,7 +5,6 @@
 import {
   HttpApiBuilder,
   HttpApiError,
-  HttpApiSwagger,
   HttpApp,
   HttpMiddleware,
   HttpServerError,
@@ -24,7 +23,9 @@ import { observeRequests } from "./Observability/Requests.js"
 import { untracedPaths } from "./Observability/Routes.js"
 import { WalletHandlers } from "./Ledger/Http.js"
 import { PredictHandlers, UploadHandlers } from "./Predictions/Http.js"
+import { DocsLive } from "./System/Docs.js"
 import { SystemHandlers } from "./System/Http.js"
+import { noRouteMessage } from "./System/RouteHints.js"
 import { HeaderLimitConfig, headerLimitMiddleware, isNulCharacterRefusal, nulCharacterRefused, refuseControlCharactersInPath } from "./System/InputGuards.js"
 import { shutdownGateMiddleware } from "./System/Shutdown.js"
 import { WebhooksHandlers } from "./Webhooks/Http.js"
@@ -84,7 +85,7 @@ export const ErrorEnvelopeLive = HttpApiBuilder.middleware(
               return Effect.fail(new ValidationFailed({ message: describeDecodeError(error) }))
             }
             if (error instanceof HttpServerError.RouteNotFound) {
-              return Effect.fail(new NotFound({ message: `No route for ${error.request.method} ${pathOf(error.request)}.` }))
+              return Effect.fail(new NotFound({ message: noRouteMessage(error.request.method, error.request.url) }))
             }
             return Effect.failCause(cause)
           }
@@ -143,7 +144,7 @@ export const HttpAppLive = Layer.unwrapEffect(
   Effect.map(HeaderLimitConfig, (headLimit) =>
     HttpApiBuilder.serve((app) => requestIdMiddleware(shutdownGateMiddleware(headerLimitMiddleware(headLimit)(app)))))
 ).pipe(
-  Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+  Layer.provide(DocsLive),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(ErrorEnvelopeLive),
   Layer.provide(ApiLive),

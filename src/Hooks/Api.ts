@@ -2,17 +2,21 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
-import { InsufficientCreditsWire, InvalidCursorWire, ServiceUnavailableWire } from "../Errors.js"
+import { InsufficientCreditsWire, InvalidCursorWire, SearchTimedOutWire } from "../Errors.js"
 import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
 
 export const HookId = Schema.String.pipe(Schema.pattern(/^hook_[0-9a-f]{32}$/)).annotations({
   description: "`hook_` followed by 32 hexadecimal characters."
 })
 
+const categorySlugRule =
+  "must be a category slug: 1 to 64 lowercase letters and digits, in groups joined by single hyphens " +
+  "(GET /v1/hooks/categories lists them)"
+
 export const CategorySlug = Schema.String.pipe(
-  Schema.minLength(1),
-  Schema.maxLength(64),
-  Schema.pattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/)
+  Schema.minLength(1, { message: () => categorySlugRule }),
+  Schema.maxLength(64, { message: () => categorySlugRule }),
+  Schema.pattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/, { message: () => categorySlugRule })
 ).annotations({ description: "Lowercase letters and digits in groups joined by single hyphens, 1 to 64 characters." })
 
 export const HookCategory = Schema.Struct({
@@ -68,13 +72,15 @@ export const HookList = ListOf(HookLean, "HookList")
 export type HookList = typeof HookList.Type
 
 export const SearchParams = Schema.Struct({
-  q: Schema.String.pipe(
+  q: Schema.propertySignature(Schema.String.pipe(
     Schema.minLength(1),
     Schema.maxLength(200),
     // PostgreSQL text cannot hold U+0000: refuse it here, before the reserve.
     Schema.filter((q) => !q.includes("\u0000"), { message: () => "must not contain the NUL character (U+0000)" })
   ).annotations({
     description: "Words matched against hook text, 1 to 200 characters."
+  })).annotations({
+    missingMessage: () => "is missing: q is the text to search for, 1 to 200 characters (e.g. ?q=morning+routine)"
   }),
   cursor: Schema.optional(Cursor)
 }).annotations(strict)
@@ -100,7 +106,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
       .addSuccess(HookList)
       .addError(InvalidCursorWire)
       .addError(InsufficientCreditsWire)
-      .addError(ServiceUnavailableWire)
+      .addError(SearchTimedOutWire)
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "Search hooks")
       .annotate(
@@ -118,11 +124,13 @@ export class HooksApi extends HttpApiGroup.make("hooks")
       .addSuccess(HookList)
       .addError(InvalidCursorWire)
       .addError(InsufficientCreditsWire)
+      .addError(SearchTimedOutWire)
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "List a category's hooks")
       .annotate(
         OpenApi.Description,
-        "One category, newest first. Reserves 2 credits and settles ceil(rows / 25); an empty page costs 0. Needs hooks:read."
+        "One category, newest first. Reserves 2 credits and settles ceil(rows / 25); an empty page costs 0. A list that " +
+          "runs too long is answered 503 and costs nothing. Needs hooks:read."
       )
   )
   .add(
