@@ -15,12 +15,12 @@ import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { parseArgs } from "node:util"
 import { appLayer } from "../App.js"
-import { databaseLabel } from "../Banner.js"
 import { loadServerSecrets, ServerConfig } from "../Config.js"
 import { makeHooklineClient } from "../client.js"
 import { dataDirHolder } from "../EmbeddedDb.js"
 import { demoCategories, demoHook } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
+import { databaseInUse, missingDataDir } from "./Target.js"
 import type { Plan, Scope } from "../Auth/Api.js"
 
 const usage = `Usage: npm run admin -- <command>
@@ -76,18 +76,6 @@ const parsed = (() => {
 })()
 const { positionals, values } = parsed
 
-/** Embedded mode: commands other than migrate need a data directory a server or migrate made. */
-const requireDataDir = (dataDir: string) =>
-  existsSync(join(dataDir, "pgdata"))
-    ? Effect.void
-    : Effect.die(
-      new UsageError(
-        `No Hookline database in ${dataDir}; nothing was created. DATA_DIR defaults to ./.hookline in the ` +
-          "current directory (the project directory under npm run): set DATA_DIR to the directory the server uses, " +
-          "or DATABASE_URL to its PostgreSQL. `npm run admin -- migrate` creates a new, empty database."
-      )
-    )
-
 const int = (name: string, value: string | undefined) => {
   if (value === undefined) return undefined
   const parsed = Number(value)
@@ -103,16 +91,11 @@ const arg = (index: number, what: string) => {
 /** `--help`: the usage on stdout, exit 0. */
 class Help extends Data.TaggedError("Help") {}
 
-const databaseInUse = (config: ServerConfig) =>
-  Option.match(config.databaseUrl, {
-    onNone: () => `the embedded database in ${config.dataDir}`,
-    onSome: (url) => `${databaseLabel(Redacted.value(url))} (DATABASE_URL)`
-  })
-
 /** Where the admin API is: the running server's, or one this process serves itself. */
 const adminEndpoint = Effect.gen(function*() {
   const config = yield* ServerConfig
-  if (Option.isNone(config.databaseUrl)) yield* requireDataDir(config.dataDir)
+  const missing = Option.isNone(config.databaseUrl) ? missingDataDir(config.dataDir) : null
+  if (missing !== null) return yield* Effect.die(new UsageError(missing))
   const holder = Option.isNone(config.databaseUrl) ? dataDirHolder(config.dataDir) : null
   const serverFile = join(config.dataDir, "server.json")
   if (holder !== null && existsSync(serverFile)) {
