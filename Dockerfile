@@ -27,4 +27,8 @@ VOLUME ["/data"]
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD bun -e "fetch('http://127.0.0.1:' + (process.env.PORT ?? '8080') + '/healthz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"
+# Exec form, no shell and no npm in between: bun is PID 1 and gets docker stop's SIGTERM itself
+# (its runtime installs the handler PID 1 needs), drains and exits. Give `docker stop` more than
+# SHUTDOWN_GRACE_PERIOD (10 s) before it sends SIGKILL: `docker stop -t 20` or --stop-timeout 20.
+STOPSIGNAL SIGTERM
 CMD ["bun", "src/main.ts"]

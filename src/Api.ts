@@ -29,6 +29,10 @@ export class HooklineApi extends HttpApi.make("hookline")
   .addError(InternalErrorWire)
   .annotate(OpenApi.Title, "Hookline API")
   .annotate(OpenApi.Version, "1.0.0")
+  .annotate(OpenApi.Servers, [
+    { url: "/", description: "The server this document was fetched from" },
+    { url: "http://localhost:8080", description: "npm start on this machine (PORT 8080)" }
+  ])
   .annotate(
     OpenApi.Description,
     "A metered API: a credit wallet, a searchable catalog of scored short-form video hooks, clip scoring and account webhooks. " +

@@ -1,24 +1,23 @@
 /**
  * First start in embedded mode: a demo account (plan pro, 1,000 monthly credits), a key with
  * every scope and a demo catalog. The key is kept in DATA_DIR/demo.json (mode 0600, local
- * development only) so every start can print a ready-to-paste curl line.
+ * development only) so every start can print it in the banner (Banner.ts).
  */
-import { Effect, Redacted } from "effect"
+import { Effect } from "effect"
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { Accounts } from "./Admin/Accounts.js"
 import { Auth } from "./Auth/Auth.js"
-import { publicBaseUrl, Secrets, ServerConfig } from "./Config.js"
+import { ServerConfig } from "./Config.js"
 import { seedDemoCatalog } from "./Hooks/DemoCatalog.js"
 
-interface DemoFile {
+export interface DemoFile {
   readonly account_id: string
   readonly api_key: string
 }
 
 export const ensureDemo = Effect.gen(function*() {
   const config = yield* ServerConfig
-  const secrets = yield* Secrets
   const file = join(config.dataDir, "demo.json")
   let demo: DemoFile
   if (existsSync(file)) {
@@ -32,22 +31,5 @@ export const ensureDemo = Effect.gen(function*() {
     demo = { account_id: account.id, api_key: key.api_key }
     writeFileSync(file, JSON.stringify(demo, null, 2), { mode: 0o600 })
   }
-  const base = publicBaseUrl(config)
-  const admin = secrets.adminToken === null ? "(set ADMIN_TOKEN)" : Redacted.value(secrets.adminToken)
-  // Printed on purpose, to the terminal of the person who started a local server; never logged.
-  process.stdout.write(
-    [
-      "",
-      `Hookline is running on ${base} (embedded database in ${config.dataDir})`,
-      `  demo account:  ${demo.account_id}`,
-      `  demo API key:  ${demo.api_key}`,
-      `  admin token:   ${admin}`,
-      `  API reference: ${base}/docs`,
-      "",
-      "Try it:",
-      `  curl -s -H "Authorization: Bearer ${demo.api_key}" ${base}/v1/wallet`,
-      `  curl -s -H "Authorization: Bearer ${demo.api_key}" "${base}/v1/hooks/search?q=money"`,
-      ""
-    ].join("\n") + "\n"
-  )
+  return demo
 })

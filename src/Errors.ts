@@ -30,7 +30,9 @@ const envelope = <A extends { readonly message: string }, I>(
   errorClass: MessageError<A, I>,
   type: string,
   status: number,
-  description: string
+  description: string,
+  /** Components name; two wires of one error type with different descriptions need distinct ones. */
+  identifier = `Error_${type}`
 ) =>
   Schema.transformOrFail(envelopeBody(type), Schema.typeSchema(errorClass), {
     strict: true,
@@ -39,7 +41,7 @@ const envelope = <A extends { readonly message: string }, I>(
       Effect.map(RequestId, (request_id) => ({ error: { type, message: error.message, request_id } }))
   }).annotations({
     ...HttpApiSchema.annotations({ status }),
-    identifier: `Error_${type}`,
+    identifier,
     description
   })
 
@@ -97,6 +99,14 @@ export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()
   message: Schema.String
 }) {}
 export const ServiceUnavailableWire = envelope(ServiceUnavailable, "service_unavailable", 503, "The service is not ready (database unreachable or not migrated).")
+export const SearchTimedOutWire = envelope(
+  ServiceUnavailable,
+  "service_unavailable",
+  503,
+  "The search timed out: the search or list ran longer than SEARCH_TIMEOUT (3 seconds by default) and was cancelled; nothing was charged. " +
+    "Retry, or use more specific words. Also answered while the server shuts down.",
+  "Error_service_unavailable_search_timed_out"
+)
 
 // Upload PUT errors (decisions.md, "Predictions").
 export class AuthorizationNotAllowed extends Schema.TaggedError<AuthorizationNotAllowed>()("AuthorizationNotAllowed", {

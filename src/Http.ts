@@ -4,7 +4,7 @@
  * admission, head and body limits, sampling, the access log) is the front door's,
  * src/System/Server.ts.
  */
-import { HttpApiBuilder, HttpApiError, HttpApiSwagger, HttpApp, HttpServerError, HttpServerRequest, Multipart } from "@effect/platform"
+import { HttpApiBuilder, HttpApiError, HttpApp, HttpServerError, HttpServerRequest, Multipart } from "@effect/platform"
 import { Cause, Effect, Layer, Option } from "effect"
 import { AdminHandlers } from "./Admin/Http.js"
 import { HooklineApi } from "./Api.js"
@@ -13,8 +13,10 @@ import { InternalError, NotFound, RequestId, UnsupportedMediaType, ValidationFai
 import { HooksHandlers } from "./Hooks/Http.js"
 import { WalletHandlers } from "./Ledger/Http.js"
 import { PredictHandlers, UploadHandlers } from "./Predictions/Http.js"
+import { DocsLive } from "./System/Docs.js"
 import { SystemHandlers } from "./System/Http.js"
 import { annotateRequestSpan, SpanAttributes } from "./Observability/Tracing.js"
+import { noRouteMessage } from "./System/RouteHints.js"
 import { isNulCharacterRefusal, nulCharacterRefused } from "./System/InputGuards.js"
 import { WebhooksHandlers } from "./Webhooks/Http.js"
 
@@ -61,7 +63,7 @@ export const ErrorEnvelopeLive = HttpApiBuilder.middleware(
         }
         if (error instanceof Multipart.MultipartError) return Effect.fail(multipartRefused)
         if (error instanceof HttpServerError.RouteNotFound) {
-          return Effect.fail(new NotFound({ message: `No route for ${error.request.method} ${pathOf(error.request)}.` }))
+          return Effect.fail(new NotFound({ message: noRouteMessage(error.request.method, error.request.url) }))
         }
         return Effect.failCause(cause)
       }
@@ -96,7 +98,7 @@ export const ApiLive = HttpApiBuilder.api(HooklineApi).pipe(
 
 /** Everything the HTTP server serves, before a server is attached. */
 export const HttpAppLive = HttpApiBuilder.serve().pipe(
-  Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+  Layer.provide(DocsLive),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(ErrorEnvelopeLive),
   Layer.provide(ApiLive)

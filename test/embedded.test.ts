@@ -33,12 +33,14 @@ describe("embedded mode (no DATABASE_URL)", () => {
 
     // The admin CLI talks to the running server (it holds the data directory).
     const accountId = /demo account:\s+(acct_\S+)/.exec(first.output)![1]
-    const cli = Bun.spawnSync([bun, "src/Admin/Cli.ts", "credits", "grant", accountId, "--bucket", "topup", "--amount", "7"], {
-      cwd: root,
-      env: environment(port)
-    })
+    const cli = Bun.spawnSync(
+      [bun, "src/Admin/Cli.ts", "credits", "grant", accountId, "--bucket", "topup", "--amount", "7", "--reason", "welcome credit"],
+      { cwd: root, env: environment(port) }
+    )
     expect(cli.exitCode).toBe(0)
     expect(JSON.parse(cli.stdout.toString())).toMatchObject({ object: "wallet", topup_balance: 7 })
+    // It says which server it used (on stderr: stdout is the answer).
+    expect(cli.stderr.toString()).toContain(`using the server running at http://127.0.0.1:${port}`)
 
     // A second server on the same data directory refuses to start.
     const second = Bun.spawn([bun, "src/main.ts"], { cwd: root, env: environment(freePort()), stdout: "pipe", stderr: "pipe" })
@@ -54,9 +56,16 @@ describe("embedded mode (no DATABASE_URL)", () => {
     console.log(`embedded cold start: first ${first.startupMs} ms, restart ${again.startupMs} ms`)
     expect(await stop(again.child)).toBe(0)
 
-    // With no server holding the directory, the CLI opens it itself.
-    const direct = Bun.spawnSync([bun, "src/Admin/Cli.ts", "accounts", "get", accountId], { cwd: root, env: environment(port) })
+    // With no server holding the directory, the CLI opens it itself; the grant's --reason is in the history.
+    const direct = Bun.spawnSync([bun, "src/Admin/Cli.ts", "transactions", accountId, "--limit", "1"], { cwd: root, env: environment(port) })
     expect(direct.exitCode).toBe(0)
-    expect(JSON.parse(direct.stdout.toString())).toMatchObject({ id: accountId, wallet: { topup_balance: 7 } })
+    expect(direct.stderr.toString()).toContain(`using the embedded database in ${dataDir}`)
+    expect(JSON.parse(direct.stdout.toString()).data[0]).toMatchObject({
+      type: "grant",
+      amount: 7,
+      balance_after: { topup: 7 },
+      reason: "welcome credit",
+      reference: { kind: "admin", id: null }
+    })
   }, 120_000)
 })

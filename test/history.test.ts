@@ -113,7 +113,7 @@ describe("the credit history", () => {
 
     const topUp = await server.admin(`/admin/accounts/${accountId}/credits`, {
       method: "POST",
-      body: { bucket: "topup", amount: 500, reference: "inv_2026_11" }
+      body: { bucket: "topup", amount: 500, reference: "inv_2026_11", reason: "November invoice" }
     })
     expect(topUp.status).toBe(200)
     const fullPage = await meteredRequest(accountId, "search", 2, 2)
@@ -142,17 +142,18 @@ describe("the credit history", () => {
     expect(page.object).toBe("list")
     expect(page.has_more).toBe(false)
     expect(page.next_cursor).toBeNull()
-    expect(page.data.map(strip)).toEqual([
-      { type: "grant", bucket: "monthly", amount: 1000, balance_after: { monthly: 1000, topup: 500 }, request_id: null, reference: { kind: "rollover", id: null } },
-      { type: "expiry", bucket: "monthly", amount: -976, balance_after: { monthly: 0, topup: 500 }, request_id: null, reference: { kind: "rollover", id: null } },
-      { type: "refund", bucket: "monthly", amount: 20, balance_after: { monthly: 976, topup: 500 }, request_id: badPrediction, reference: { kind: "prediction", id: "pred_bad" } },
-      { type: "charge", bucket: "monthly", amount: -20, balance_after: { monthly: 956, topup: 500 }, request_id: badPrediction, reference: { kind: "prediction", id: "pred_bad" } },
-      { type: "charge", bucket: "monthly", amount: -20, balance_after: { monthly: 976, topup: 500 }, request_id: goodPrediction, reference: { kind: "prediction", id: "pred_good" } },
-      { type: "charge", bucket: "monthly", amount: -1, balance_after: hookGet.remaining, request_id: hookGet.requestId, reference: { kind: "hook", id: "hook_0123456789abcdef0123456789abcdef" } },
-      { type: "charge", bucket: "monthly", amount: -1, balance_after: partialPage.remaining, request_id: partialPage.requestId, reference: { kind: "list", id: null } },
-      { type: "charge", bucket: "monthly", amount: -2, balance_after: fullPage.remaining, request_id: fullPage.requestId, reference: { kind: "search", id: null } },
-      { type: "grant", bucket: "topup", amount: 500, balance_after: { monthly: 1000, topup: 500 }, request_id: topUp.headers.get("x-request-id"), reference: { kind: "admin", id: "inv_2026_11" } },
-      { type: "grant", bucket: "monthly", amount: 1000, balance_after: { monthly: 1000, topup: 0 }, request_id: null, reference: { kind: "admin", id: null } }
+    // `reason` says why a grant or expiry happened: the admin's reason, or the ledger's own.
+    expect(page.data.map((item) => ({ ...strip(item), reason: item.reason }))).toEqual([
+      { type: "grant", bucket: "monthly", amount: 1000, balance_after: { monthly: 1000, topup: 500 }, request_id: null, reference: { kind: "rollover", id: null }, reason: "monthly grant" },
+      { type: "expiry", bucket: "monthly", amount: -976, balance_after: { monthly: 0, topup: 500 }, request_id: null, reference: { kind: "rollover", id: null }, reason: "monthly period ended" },
+      { type: "refund", bucket: "monthly", amount: 20, balance_after: { monthly: 976, topup: 500 }, request_id: badPrediction, reference: { kind: "prediction", id: "pred_bad" }, reason: null },
+      { type: "charge", bucket: "monthly", amount: -20, balance_after: { monthly: 956, topup: 500 }, request_id: badPrediction, reference: { kind: "prediction", id: "pred_bad" }, reason: null },
+      { type: "charge", bucket: "monthly", amount: -20, balance_after: { monthly: 976, topup: 500 }, request_id: goodPrediction, reference: { kind: "prediction", id: "pred_good" }, reason: null },
+      { type: "charge", bucket: "monthly", amount: -1, balance_after: hookGet.remaining, request_id: hookGet.requestId, reference: { kind: "hook", id: "hook_0123456789abcdef0123456789abcdef" }, reason: null },
+      { type: "charge", bucket: "monthly", amount: -1, balance_after: partialPage.remaining, request_id: partialPage.requestId, reference: { kind: "list", id: null }, reason: null },
+      { type: "charge", bucket: "monthly", amount: -2, balance_after: fullPage.remaining, request_id: fullPage.requestId, reference: { kind: "search", id: null }, reason: null },
+      { type: "grant", bucket: "topup", amount: 500, balance_after: { monthly: 1000, topup: 500 }, request_id: topUp.headers.get("x-request-id"), reference: { kind: "admin", id: "inv_2026_11" }, reason: "November invoice" },
+      { type: "grant", bucket: "monthly", amount: 1000, balance_after: { monthly: 1000, topup: 0 }, request_id: null, reference: { kind: "admin", id: null }, reason: "opening balance" }
     ])
     // The empty page and the failed search changed nothing and are not listed.
     expect(page.data.some((item) => item.request_id === emptyPage.requestId || item.request_id === failedRequest)).toBe(false)

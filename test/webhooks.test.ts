@@ -674,7 +674,10 @@ describe("SSRF protection (private targets not allowed)", () => {
     expect(row).toMatchObject({ status: "failed", attempts: 4, last_status_code: null })
     const attempts = await attemptsOf(strict, deliveryId!)
     expect(attempts).toHaveLength(4)
-    for (const attempt of attempts) expect(attempt.error).toBe("url refused: 127.0.0.1 is a loopback address; webhooks must reach a public address")
+    for (const attempt of attempts) expect(attempt.error).toBe(
+      "url refused: 127.0.0.1 is a loopback address; webhooks must reach a public address " +
+        "(a server run for local development allows others with WEBHOOK_ALLOW_PRIVATE=true)"
+    )
     expect(target.requests).toHaveLength(0)
   })
 })
@@ -804,7 +807,7 @@ describe("building blocks", () => {
       Either.match(checkUrlShape(url, { allowInsecure }), { onLeft: (e) => e.message, onRight: () => "ok" })
     expect(shape("https://example.com/hook")).toBe("ok")
     expect(shape("https://example.com:8443/hook?x=1")).toBe("ok")
-    expect(shape("http://example.com/hook")).toBe("must use https")
+    expect(shape("http://example.com/hook")).toBe("must use https (a server run for local development allows http:// with WEBHOOK_ALLOW_INSECURE=true)")
     expect(shape("http://example.com/hook", true)).toBe("ok")
     expect(shape("https://@example.com/")).toBe("must not contain user info")
     expect(shape("https://example.com/#")).toBe("must not contain a fragment")

@@ -8,7 +8,7 @@
  *   against DATABASE_URL or the embedded database, and calls that.
  */
 import { FetchHttpClient, HttpServer } from "@effect/platform"
-import { ConfigProvider, Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { ConfigProvider, Context, Data, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
@@ -20,6 +20,7 @@ import { makeHooklineClient } from "../client.js"
 import { dataDirHolder } from "../EmbeddedDb.js"
 import { demoCategories, demoHook } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
+import { databaseInUse, missingDataDir } from "./Target.js"
 import type { Plan, Scope } from "../Auth/Api.js"
 
 const usage = `Usage: npm run admin -- <command>
@@ -34,32 +35,46 @@ const usage = `Usage: npm run admin -- <command>
   (every POST also takes --idempotency-key K)
   catalog categories <file.json>        (a JSON array of { slug, name })
   catalog import <file.json|file.ndjson>
-  catalog seed-demo --count N           (the deterministic demo catalog: categories and hooks 0 … N-1)`
+  catalog seed-demo --count N           (the deterministic demo catalog: categories and hooks 0 … N-1)
+  help                                  (this text; also --help, -h)
+
+Where: with DATABASE_URL set, that PostgreSQL database; otherwise the embedded database in DATA_DIR
+(default ./.hookline, in the project directory under npm run), through the server running on it if
+there is one. Only migrate creates a new data directory.`
 
 class UsageError extends Error {}
 
-const { positionals, values } = parseArgs({
-  args: process.argv.slice(2),
-  allowPositionals: true,
-  options: {
-    plan: { type: "string" },
-    name: { type: "string" },
-    "monthly-grant": { type: "string" },
-    "monthly-balance": { type: "string" },
-    "topup-balance": { type: "string" },
-    suspended: { type: "string" },
-    scopes: { type: "string" },
-    bucket: { type: "string" },
-    amount: { type: "string" },
-    reason: { type: "string" },
-    reference: { type: "string" },
-    "idempotency-key": { type: "string" },
-    limit: { type: "string" },
-    cursor: { type: "string" },
-    count: { type: "string" },
-    help: { type: "boolean" }
+/** Tells the person at the terminal which server or database the command uses (stdout is the JSON answer). */
+const note = (text: string) => Effect.sync(() => process.stderr.write(`hookline admin: ${text}\n`))
+
+const cliOptions = {
+  plan: { type: "string" },
+  name: { type: "string" },
+  "monthly-grant": { type: "string" },
+  "monthly-balance": { type: "string" },
+  "topup-balance": { type: "string" },
+  suspended: { type: "string" },
+  scopes: { type: "string" },
+  bucket: { type: "string" },
+  amount: { type: "string" },
+  reason: { type: "string" },
+  reference: { type: "string" },
+  "idempotency-key": { type: "string" },
+  limit: { type: "string" },
+  cursor: { type: "string" },
+  count: { type: "string" },
+  help: { type: "boolean", short: "h" }
+} as const
+
+const parsed = (() => {
+  try {
+    return parseArgs({ args: process.argv.slice(2), allowPositionals: true, options: cliOptions })
+  } catch (error) {
+    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n${usage}\n`)
+    process.exit(1)
   }
-})
+})()
+const { positionals, values } = parsed
 
 const int = (name: string, value: string | undefined) => {
   if (value === undefined) return undefined
@@ -73,17 +88,24 @@ const arg = (index: number, what: string) => {
   return value
 }
 
+/** `--help`: the usage on stdout, exit 0. */
+class Help extends Data.TaggedError("Help") {}
+
 /** Where the admin API is: the running server's, or one this process serves itself. */
 const adminEndpoint = Effect.gen(function*() {
   const config = yield* ServerConfig
+  const missing = Option.isNone(config.databaseUrl) ? missingDataDir(config.dataDir) : null
+  if (missing !== null) return yield* Effect.die(new UsageError(missing))
   const holder = Option.isNone(config.databaseUrl) ? dataDirHolder(config.dataDir) : null
   const serverFile = join(config.dataDir, "server.json")
   if (holder !== null && existsSync(serverFile)) {
     const { url } = JSON.parse(readFileSync(serverFile, "utf8")) as { url: string }
+    yield* note(`using the server running at ${url} (process ${holder}, data in ${config.dataDir})`)
     const secrets = yield* loadServerSecrets
     if (secrets.adminToken === null) return yield* Effect.dieMessage("The running server has no admin token (set ADMIN_TOKEN).")
     return { baseUrl: url, adminToken: Redacted.value(secrets.adminToken) }
   }
+  yield* note(`using ${databaseInUse(config)} (no server needed)`)
   // Serve the API in this process on a loopback port, with a one-time admin token.
   const adminToken = randomBytes(24).toString("base64url")
   const provider = ConfigProvider.fromMap(new Map([["ADMIN_TOKEN", adminToken]])).pipe(
@@ -99,8 +121,10 @@ const adminEndpoint = Effect.gen(function*() {
 
 const command = Effect.gen(function*() {
   const [group, action] = positionals
-  if (values.help === true || group === undefined) return yield* Effect.die(new UsageError(usage))
+  if (values.help === true || group === "help") return yield* new Help()
+  if (group === undefined) return yield* Effect.die(new UsageError(usage))
   if (group === "migrate") {
+    yield* note(`migrating ${databaseInUse(yield* ServerConfig)}`)
     yield* Layer.build(SqlLive)
     return { object: "migration", status: "applied" }
   }
@@ -238,8 +262,10 @@ const program = command.pipe(
   Effect.scoped,
   Effect.provide(FetchHttpClient.layer),
   Effect.provide(Logger.minimumLogLevel(LogLevel.Warning)),
+  Effect.catchTag("Help", () => Effect.succeed(usage)),
   Effect.matchCauseEffect({
-    onSuccess: (result) => Effect.sync(() => process.stdout.write(JSON.stringify(result, null, 2) + "\n")),
+    onSuccess: (result) =>
+      Effect.sync(() => process.stdout.write((typeof result === "string" ? result : JSON.stringify(result, null, 2)) + "\n")),
     onFailure: (cause) =>
       Effect.sync(() => {
         const failure = cause._tag === "Fail" ? cause.error : cause._tag === "Die" ? cause.defect : undefined

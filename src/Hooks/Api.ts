@@ -2,17 +2,21 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
-import { InsufficientCreditsWire, InvalidCursorWire, ServiceUnavailableWire } from "../Errors.js"
+import { InsufficientCreditsWire, InvalidCursorWire, SearchTimedOutWire } from "../Errors.js"
 import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
 
 export const HookId = Schema.String.pipe(Schema.pattern(/^hook_[0-9a-f]{32}$/)).annotations({
   description: "`hook_` followed by 32 hexadecimal characters."
 })
 
+const categorySlugRule =
+  "must be a category slug: 1 to 64 lowercase letters and digits, in groups joined by single hyphens " +
+  "(GET /v1/hooks/categories lists them)"
+
 export const CategorySlug = Schema.String.pipe(
-  Schema.minLength(1),
-  Schema.maxLength(64),
-  Schema.pattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/)
+  Schema.minLength(1, { message: () => categorySlugRule }),
+  Schema.maxLength(64, { message: () => categorySlugRule }),
+  Schema.pattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/, { message: () => categorySlugRule })
 ).annotations({ description: "Lowercase letters and digits in groups joined by single hyphens, 1 to 64 characters." })
 
 export const HookCategory = Schema.Struct({
@@ -71,7 +75,7 @@ export type HookList = typeof HookList.Type
 export const maxQueryCharacters = 200
 
 export const SearchParams = Schema.Struct({
-  q: Schema.String.pipe(
+  q: Schema.propertySignature(Schema.String.pipe(
     Schema.minLength(1),
     // Characters are code points (an emoji is one), as JSON Schema's maxLength counts them.
     Schema.filter((q) => [...q].length <= maxQueryCharacters, {
@@ -82,6 +86,8 @@ export const SearchParams = Schema.Struct({
     Schema.filter((q) => !q.includes("\u0000"), { message: () => "must not contain the NUL character (U+0000)" })
   ).annotations({
     description: "Words matched against hook text, 1 to 200 characters."
+  })).annotations({
+    missingMessage: () => "is missing: q is the text to search for, 1 to 200 characters (e.g. ?q=morning+routine)"
   }),
   cursor: Schema.optional(Cursor)
 }).annotations(strict)
@@ -107,7 +113,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
       .addSuccess(HookList)
       .addError(InvalidCursorWire)
       .addError(InsufficientCreditsWire)
-      .addError(ServiceUnavailableWire)
+      .addError(SearchTimedOutWire)
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "Search hooks")
       .annotate(
@@ -125,11 +131,13 @@ export class HooksApi extends HttpApiGroup.make("hooks")
       .addSuccess(HookList)
       .addError(InvalidCursorWire)
       .addError(InsufficientCreditsWire)
+      .addError(SearchTimedOutWire)
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "List a category's hooks")
       .annotate(
         OpenApi.Description,
-        "One category, newest first. Reserves 2 credits and settles ceil(rows / 25); an empty page costs 0. Needs hooks:read."
+        "One category, newest first. Reserves 2 credits and settles ceil(rows / 25); an empty page costs 0. A list that " +
+          "runs too long is answered 503 and costs nothing. Needs hooks:read."
       )
   )
   .add(

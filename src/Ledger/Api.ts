@@ -44,6 +44,10 @@ export const CreditTransaction = Schema.Struct({
     id: Schema.NullOr(Schema.String).annotations({
       description: "The hook or prediction id of a charge, or the billing system's reference of a grant."
     })
+  }),
+  reason: Schema.NullOr(Schema.String).annotations({
+    description: "Why a grant or expiry happened: the `reason` given with an admin grant, or `monthly grant`, " +
+      "`monthly period ended`, `plan changed`, `opening balance`; null for charges, refunds and grants given without one."
   })
 }).annotations({
   identifier: "CreditTransaction",

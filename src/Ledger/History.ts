@@ -49,7 +49,8 @@ const HistoryRow = Schema.Struct({
   created_at: Schema.DateFromSelf,
   request_id: Schema.NullOr(Schema.String),
   kind: TransactionReferenceKind,
-  reference_id: Schema.NullOr(Schema.String)
+  reference_id: Schema.NullOr(Schema.String),
+  reason: Schema.NullOr(Schema.String)
 })
 type HistoryRow = typeof HistoryRow.Type
 
@@ -62,7 +63,8 @@ const toTransaction = (row: HistoryRow): CreditTransaction => ({
   balance_after: { monthly: row.monthly_after, topup: row.topup_after },
   created_at: toTimestamp(row.created_at),
   request_id: row.request_id,
-  reference: { kind: row.kind, id: row.reference_id }
+  reference: { kind: row.kind, id: row.reference_id },
+  reason: row.reason
 })
 
 export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/CreditHistory", {
@@ -88,17 +90,17 @@ export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/Cre
 
         const rows = yield* sql`
           SELECT j.seq AS pos, e.ord, e.id, e.type, e.bucket, e.amount, j.monthly_after, j.topup_after,
-                 e.created_at, e.request_id, e.kind, e.reference_id
+                 e.created_at, e.request_id, e.kind, e.reference_id, e.reason
             FROM credit_journal j
             LEFT JOIN holds h ON h.id = j.hold_id AND j.operation <> 'prediction'
             CROSS JOIN LATERAL (
               SELECT 0 AS ord, j.id,
                      CASE j.entry_type WHEN 'grant' THEN 'grant' WHEN 'expire' THEN 'expiry'
                                        WHEN 'reserve' THEN 'charge' ELSE 'refund' END AS type,
-                     j.bucket, j.amount, j.created_at, j.request_id, j.operation AS kind, j.reference_id
+                     j.bucket, j.amount, j.created_at, j.request_id, j.operation AS kind, j.reference_id, j.reason
                WHERE h.id IS NULL
               UNION ALL
-              SELECT b.ord, r.id, 'charge', b.bucket, -b.amount, h.resolved_at, h.request_id, h.operation, h.reference_id
+              SELECT b.ord, r.id, 'charge', b.bucket, -b.amount, h.resolved_at, h.request_id, h.operation, h.reference_id, NULL::text
                 FROM (VALUES (1, 'monthly', h.settled_monthly), (2, 'topup', h.settled_topup)) AS b (ord, bucket, amount)
                 JOIN credit_journal r ON r.hold_id = h.id AND r.entry_type = 'reserve' AND r.bucket = b.bucket
                WHERE h.status = 'settled' AND b.amount > 0

@@ -66,6 +66,19 @@ export const UploadReceipt = Schema.Struct({
   status: Schema.Literal("received")
 }).annotations({ identifier: "UploadReceipt" })
 
+/** The upload PUT's body as OpenAPI documents it: the raw file, under any of these types. */
+const uploadRequestBody = {
+  required: true,
+  description: "The clip's raw bytes, not a multipart form: `curl -X PUT --data-binary @clip.mp4 <upload_url>`. " +
+    "The kind of video is recognised from the bytes; the Content-Type is not checked.",
+  content: Object.fromEntries(
+    ["application/octet-stream", "video/mp4", "video/quicktime", "video/webm"].map((type) => [
+      type,
+      { schema: { type: "string", format: "binary" } }
+    ])
+  )
+}
+
 const predictionIdParam = HttpApiSchema.param("id", Schema.String)
 const uploadTokenParam = HttpApiSchema.param("token", Schema.String)
 
@@ -120,6 +133,9 @@ export class UploadApi extends HttpApiGroup.make("upload")
       .addError(PayloadTooLargeWire)
       .addError(UnsupportedMediaTypeWire)
       .annotate(OpenApi.Summary, "Upload the clip")
+      // The handler streams the body itself (a declared payload would be read whole), so the
+      // request body is documented here for generated clients.
+      .annotate(OpenApi.Override, { requestBody: uploadRequestBody })
       .annotate(
         OpenApi.Description,
         "The one-time upload_url from Create an upload link. The raw MP4, MOV or WebM bytes as the body (at most 256 MiB), " +

@@ -46,8 +46,13 @@ const concatBytes = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
   return out
 }
 
+/** Also the answer to an empty body; the PUT released the link, so the message says it can be retried. */
 export const unsupportedMedia = () =>
-  new UnsupportedMediaType({ message: "The file is not an MP4, MOV or WebM video." })
+  new UnsupportedMediaType({
+    message: "The body is not an MP4, MOV or WebM video (it is empty, a form upload or another kind of file). " +
+      "Send the file's raw bytes as the body: curl -X PUT --data-binary @clip.mp4 <upload_url>. " +
+      "This upload link is still usable until it expires."
+  })
 
 export const tooLarge = (maxBytes: number) =>
   new PayloadTooLarge({ message: `The file is larger than ${maxBytes} bytes.` })

@@ -19,7 +19,12 @@ export class SystemApi extends HttpApiGroup.make("system")
   )
   .add(
     HttpApiEndpoint.get("metrics", "/metrics")
-      .addSuccess(HttpApiSchema.Text({ contentType: "text/plain; version=0.0.4; charset=utf-8" }))
+      .addSuccess(
+        HttpApiSchema.Text({ contentType: "text/plain; version=0.0.4; charset=utf-8" }).annotations({
+          description: "The Prometheus text exposition format 0.0.4: `# HELP` and `# TYPE` lines, then one " +
+            "`name{label=\"value\"} number` sample a line."
+        })
+      )
       .addError(InvalidApiKeyWire)
       .addError(RateLimitExceededWire)
       .annotate(OpenApi.Summary, "Prometheus metrics of this process (Authorization: Bearer <METRICS_TOKEN>; 404 when it is unset)")

@@ -31,7 +31,9 @@ export const checkUrlShape = (raw: string, rules: Pick<UrlRules, "allowInsecure"
   if (/[\s\u0000-\u001f\u007f]/.test(raw)) return refuse("must not contain whitespace or control characters")
   if (!URL.canParse(raw)) return refuse("must be an absolute URL such as https://example.com/hooks")
   const url = new URL(raw)
-  if (url.protocol === "http:" && !rules.allowInsecure) return refuse("must use https")
+  if (url.protocol === "http:" && !rules.allowInsecure) {
+    return refuse("must use https (a server run for local development allows http:// with WEBHOOK_ALLOW_INSECURE=true)")
+  }
   if (url.protocol !== "https:" && url.protocol !== "http:") return refuse("must be an absolute https URL")
   // The authority as written: user info may be empty ("https://@host") and still be present.
   const authority = raw.slice(raw.indexOf("//") + 2).split(/[/?#]/, 1)[0]
@@ -220,10 +222,12 @@ export const resolveTarget = (
       for (const { address } of addresses) {
         const range = refusedRange(address)
         if (range !== null) {
+          const rule = "webhooks must reach a public address " +
+            "(a server run for local development allows others with WEBHOOK_ALLOW_PRIVATE=true)"
           return yield* new UrlRefused({
             message: literalFamily !== 0
-              ? `${address} is a ${range} address; webhooks must reach a public address`
-              : `the host ${host} resolves to ${address}, a ${range} address; webhooks must reach a public address`
+              ? `${address} is a ${range} address; ${rule}`
+              : `the host ${host} resolves to ${address}, a ${range} address; ${rule}`
           })
         }
       }

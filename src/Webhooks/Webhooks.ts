@@ -84,10 +84,19 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
         orDieOnDb
       )
 
-    const checkUrl = (url: string) =>
+    /** Checks a URL under this server's settings; `explain` turns the refusal into the 422 message. */
+    const checkUrl = (url: string, explain: (refusal: string) => string) =>
       resolveTarget(url, rules, config.resolveTimeout).pipe(
-        Effect.mapError((refused) => new ValidationFailed({ message: `url: ${refused.message}` }))
+        Effect.mapError((refused) => new ValidationFailed({ message: explain(refused.message) }))
       )
+
+    /** The PUT's field error. */
+    const urlField = (refusal: string) => `url: ${refusal}`
+
+    /** The stored URL may have been accepted under other settings than this server's. */
+    const configuredUrl = (url: string) => (refusal: string) =>
+      `The configured webhook URL ${url} is refused by this server: ` +
+      `${refusal.startsWith("must") ? `it ${refusal}` : refusal}. Set another with PUT /v1/webhooks.`
 
     const get = (accountId: string) =>
       Effect.map(findRow(accountId), Option.match({
@@ -98,7 +107,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
     /** Sets the URL (and enables the webhook); the secret is issued only when the webhook is created. */
     const set = (accountId: string, url: string) =>
       Effect.gen(function*() {
-        yield* checkUrl(url)
+        yield* checkUrl(url, urlField)
         const secret = generateSecret()
         const created = yield* sql`
           INSERT INTO webhooks (account_id, url, enabled, secret_ciphertext)
@@ -154,7 +163,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
         const target = yield* resolveTarget(row.value.url, rules, config.resolveTimeout).pipe(
           Effect.map(Option.some),
           Effect.catchIf((refused) => refused.unresolved === true, () => Effect.succeedNone),
-          Effect.mapError((refused) => new ValidationFailed({ message: `url: ${refused.message}` }))
+          Effect.mapError((refused) => new ValidationFailed({ message: configuredUrl(row.value.url)(refused.message) }))
         )
         const signingSecrets = yield* Either.match(
           openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),

@@ -82,11 +82,12 @@ export const embeddedEnvironment = (dataDir: string, port: number, demoCatalogSi
 })
 
 /**
- * Starts `bun src/main.ts` with `env` and waits for its start-up banner, which ends with the
- * ready-to-paste curl lines; returns the process, what it printed and how long that took.
+ * Starts `bun src/main.ts` (or `command`, e.g. `npm start`) with `env` and waits for its start-up
+ * banner, which ends with ready-to-paste curl lines; returns the process, what it printed and how
+ * long that took.
  */
-export const startUntilBanner = async (env: Record<string, string>) => {
-  const child = Bun.spawn([process.execPath, "src/main.ts"], { cwd: root, env, stdout: "pipe", stderr: "pipe" })
+export const startUntilBanner = async (env: Record<string, string>, command: ReadonlyArray<string> = [process.execPath, "src/main.ts"]) => {
+  const child = Bun.spawn([...command], { cwd: root, env, stdout: "pipe", stderr: "pipe" })
   const started = Date.now()
   const reader = child.stdout.getReader()
   let output = ""
