@@ -687,12 +687,12 @@ describe("the sweeper", () => {
     expect(after.body).toEqual(failed)
   })
 
-  test("a landed clip still waiting for credits after 24 hours fails with expired, nothing charged, file deleted", async () => {
+  test("a landed clip still waiting for credits an hour after it landed fails with expired, nothing charged, file deleted", async () => {
     const poor = await server.account({ plan: "pro", monthly_balance: 5 })
     const link = await createLink(server, poor.key)
     expectReceived(await putClip(link.upload_url, clips.cutMp4), link)
     expect(existsSync(blobPath(server, link.upload_id))).toBe(true)
-    await server.db.query("UPDATE predictions SET created_at = now() - interval '24 hours 1 second' WHERE id = $1", [link.prediction_id])
+    await server.db.query("UPDATE uploads SET received_at = now() - interval '1 hour 1 second' WHERE id = $1", [link.upload_id])
     await waitFor("the clip to expire", async () =>
       (await predictionRow(server.db, link.prediction_id)).status === "failed" ? true : undefined)
     const row = (await server.db.query("SELECT error_type FROM predictions WHERE id = $1", [link.prediction_id])).rows[0]

@@ -6,6 +6,8 @@ import {
   AuthorizationNotAllowedWire,
   InsufficientCreditsWire,
   PayloadTooLargeWire,
+  TooManyPendingUploadsWire,
+  UnpaidClipsLimitWire,
   UnsupportedMediaTypeWire,
   UploadAlreadyUsedWire,
   UploadExpiredWire
@@ -73,11 +75,15 @@ export class PredictApi extends HttpApiGroup.make("predict")
   .add(
     HttpApiEndpoint.post("createUpload", "/predict/upload")
       .addSuccess(PredictUpload)
+      .addError(TooManyPendingUploadsWire)
+      .addError(UnpaidClipsLimitWire)
       .annotate(AccessRule, needs("predict:write"))
       .annotate(OpenApi.Summary, "Create an upload link")
       .annotate(
         OpenApi.Description,
-        "Creates a prediction awaiting its clip and a one-time upload_url valid 15 minutes. No body. Costs 0. Needs predict:write."
+        "Creates a prediction awaiting its clip and a one-time upload_url valid 15 minutes. No body. Costs 0. Needs predict:write. " +
+          "429 too_many_pending_uploads when the key holds too many unused links; 429 unpaid_clips_limit when the " +
+          "account keeps too many clips waiting for credits (both with Retry-After)."
       )
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
@@ -119,11 +125,13 @@ export class UploadApi extends HttpApiGroup.make("upload")
       .addError(UploadExpiredWire)
       .addError(PayloadTooLargeWire)
       .addError(UnsupportedMediaTypeWire)
+      .addError(UnpaidClipsLimitWire)
       .annotate(OpenApi.Summary, "Upload the clip")
       .annotate(
         OpenApi.Description,
         "The one-time upload_url from Create an upload link. The raw MP4, MOV or WebM bytes as the body (at most 256 MiB), " +
-          "with no Authorization header. Costs 0; 20 credits are reserved when the job reaches queued."
+          "with no Authorization header. Costs 0; 20 credits are reserved when the job reaches queued. " +
+          "429 unpaid_clips_limit when the wallet cannot pay and the account already keeps as many unpaid clips as allowed."
       )
   )
   .annotate(OpenApi.Title, "Upload")

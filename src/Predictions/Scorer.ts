@@ -15,6 +15,11 @@
  *    change (cross-dissolve, fade) never scores that high in one frame, so it is not a cut.
  *    `signalstats` gives the luma change per frame (motion); `ebur128` the loudness.
  * 3. BandModel.ts maps the measurements to a band.
+ *
+ * A hostile file costs bounded work: at most SCORER_MAX_FRAMES frames are analysed, each tool's
+ * output is read as it streams and capped (SCORER_MAX_OUTPUT_BYTES; past it the tool is killed
+ * and the clip fails with analysis_failed), only the end of stderr is kept, and every run has
+ * ANALYSIS_TIMEOUT.
  */
 import { Data, Duration, Effect, Option, Schema } from "effect"
 import type { Band } from "./Api.js"
@@ -54,19 +59,60 @@ interface ProcessResult {
 
 class ProcessTimeout extends Data.TaggedError("ProcessTimeout")<{}> {}
 
-/** Runs a program to completion; killed when interrupted or after `timeout`. */
-const runProcess = (command: ReadonlyArray<string>, timeout: Duration.Duration) =>
+class OutputTooLarge extends Data.TaggedError("OutputTooLarge")<{}> {}
+
+/** stderr is only read for its end (ebur128's summary, the last error): this much of it is kept. */
+const stderrTailChars = 64 * 1024
+
+/**
+ * Reads a stream of text as it arrives, never holding more than `limit` bytes: past it,
+ * `onOverflow` runs (the process is killed) and the result is null. With `tail`, the text is
+ * cut to its last `limit` characters instead, and never overflows.
+ */
+const readCapped = async (stream: ReadableStream<Uint8Array>, limit: number, onOverflow: () => void, tail = false) => {
+  const decoder = new TextDecoder()
+  let text = ""
+  let bytes = 0
+  const reader = stream.getReader()
+  while (true) {
+    const { done, value: chunk } = await reader.read()
+    if (done) break
+    bytes += chunk.length
+    if (!tail && bytes > limit) {
+      onOverflow()
+      await reader.cancel()
+      return null
+    }
+    text += decoder.decode(chunk, { stream: true })
+    if (tail && text.length > limit) text = text.slice(-limit)
+  }
+  return text + decoder.decode()
+}
+
+/**
+ * Runs a program to completion, reading its output as it streams (stdout up to `maxOutputBytes`,
+ * else OutputTooLarge; the end of stderr); killed when interrupted, past the output cap, or
+ * after `timeout`.
+ */
+const runProcess = (command: ReadonlyArray<string>, timeout: Duration.Duration, maxOutputBytes: number) =>
   Effect.acquireUseRelease(
     Effect.sync(() => Bun.spawn([...command], { stdin: "ignore", stdout: "pipe", stderr: "pipe" })),
     (child) =>
-      Effect.promise(async (): Promise<ProcessResult> => {
-        const [stdout, stderr, exitCode] = await Promise.all([
-          new Response(child.stdout).text(),
-          new Response(child.stderr).text(),
+      Effect.promise(() => {
+        const kill = () => child.kill("SIGKILL")
+        return Promise.all([
+          readCapped(child.stdout, maxOutputBytes, kill),
+          readCapped(child.stderr, stderrTailChars, kill, true),
           child.exited
         ])
-        return { exitCode, stdout, stderr }
-      }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new ProcessTimeout() })),
+      }).pipe(
+        Effect.flatMap(([stdout, stderr, exitCode]) =>
+          stdout === null || stderr === null
+            ? Effect.fail(new OutputTooLarge())
+            : Effect.succeed<ProcessResult>({ exitCode, stdout, stderr })
+        ),
+        Effect.timeoutFail({ duration: timeout, onTimeout: () => new ProcessTimeout() })
+      ),
     (child) => Effect.sync(() => {
       if (child.exitCode === null) child.kill("SIGKILL")
     })
@@ -216,9 +262,13 @@ export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScore
     const openingSec = Duration.toSeconds(config.openingWindow)
 
     const run = (command: ReadonlyArray<string>, durationSec: number | null) =>
-      runProcess(command, config.analysisTimeout).pipe(
-        Effect.catchTag("ProcessTimeout", () =>
-          Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)))
+      runProcess(command, config.analysisTimeout, config.maxOutputBytes).pipe(
+        Effect.catchTags({
+          ProcessTimeout: () =>
+            Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)),
+          OutputTooLarge: () =>
+            Effect.fail(failure("analysis_failed", "The analysis produced more output than allowed for one clip.", durationSec))
+        })
       )
 
     const probe = (path: string, tool: string) =>
@@ -271,12 +321,13 @@ export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScore
         const analysed = yield* run(
           [
             ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-t", String(openingSec), "-i", clip.path,
-            "-filter_complex", graph, "-map", "[v]", "-f", "null", "-",
+            "-filter_complex", graph, "-map", "[v]", "-frames:v", String(config.maxFrames), "-f", "null", "-",
             ...(audio === undefined ? [] : ["-map", "[a]", "-f", "null", "-"])
           ],
           round3(durationSec)
         )
-        const frames = parseFrameMetadata(analysed.stdout)
+        // The filter graph may print a frame or two past the output's -frames:v before ffmpeg stops.
+        const frames = parseFrameMetadata(analysed.stdout).slice(0, config.maxFrames)
         if (analysed.exitCode !== 0 || frames.length === 0) {
           yield* Effect.logDebug("ffmpeg could not decode the clip").pipe(
             Effect.annotateLogs("stderr", analysed.stderr.slice(-500))
