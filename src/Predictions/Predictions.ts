@@ -14,7 +14,7 @@
 import { HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
-import { Duration, Effect, Either, Exit, Option, Ref, Schema, Stream } from "effect"
+import { Duration, Effect, Either, Exit, Option, Schema, Stream } from "effect"
 import type { Caller } from "../Auth/Api.js"
 import { publicBaseUrl, ServerConfig } from "../Config.js"
 import {
@@ -28,22 +28,17 @@ import {
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { type Balances, Ledger } from "../Ledger/Ledger.js"
 import { currentTraceParent } from "../Observability/Tracing.js"
-import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
+import { toTimestamp } from "../Schemas.js"
 import { DatabaseMode, orDieOnDb } from "../Sql.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
-import {
-  Band,
-  type Prediction,
-  PredictionErrorType,
-  PredictionStatus,
-  type PredictUpload,
-  UploadReceipt
-} from "./Api.js"
+import { type Prediction, type PredictionErrorType, type PredictUpload, UploadReceipt } from "./Api.js"
 import { BlobStore } from "./BlobStore.js"
 import { PredictionsConfig } from "./Config.js"
 import { UploadQuotas } from "./Quotas.js"
+import { PredictionRow, toPrediction, UploadRow } from "./Rows.js"
 import type { ClipScore } from "./Scorer.js"
 import { checkedVideoBody, type MediaKind, tooLarge, unsupportedMedia } from "./Uploads.js"
+import { WorkSignal } from "./WorkSignal.js"
 
 /** Credits a prediction job reserves when it reaches queued, and takes when it succeeds. */
 export const PREDICTION_CREDITS = 20
@@ -51,76 +46,11 @@ export const PREDICTION_CREDITS = 20
 /** Postgres channel on which queued jobs are announced to every process's workers. */
 export const jobsChannel = "hookline_predictions"
 
+/** Presigned mode: where a landed clip is copied, out of reach of its upload link. */
+export const jobBlobKey = (predictionId: string) => `jobs/${predictionId}`
+
 /** Upload tokens: 24 random bytes (192 bits), URL-safe base64. */
 const tokenPattern = /^[A-Za-z0-9_-]{32}$/
-
-/**
- * Wakes this process's idle workers when a job is queued here; other processes hear of it
- * through LISTEN/NOTIFY (or their polling). A wake that comes while no worker waits is
- * remembered by the generation counter, so a worker about to sleep does not miss it.
- */
-export class WorkSignal extends Effect.Service<WorkSignal>()("hookline/WorkSignal", {
-  effect: Effect.gen(function*() {
-    const latch = yield* Effect.makeLatch(false)
-    const generation = yield* Ref.make(0)
-    return {
-      wake: Ref.update(generation, (n) => n + 1).pipe(Effect.zipRight(latch.release)),
-      generation: Ref.get(generation),
-      /** Sleeps until a wake after `seen`, or `timeout`. */
-      waitAfter: (seen: number, timeout: Duration.Duration) =>
-        Effect.gen(function*() {
-          if ((yield* Ref.get(generation)) !== seen) return
-          yield* Effect.raceFirst(latch.await, Effect.sleep(timeout))
-        })
-    } as const
-  })
-}) {}
-
-const StoredResult = Schema.Struct({
-  band: Band,
-  hook_duration_sec: Schema.NullOr(Schema.Number),
-  category: Schema.NullOr(Schema.Struct({ slug: Schema.String }))
-})
-
-const PredictionRow = Schema.Struct({
-  id: Schema.String,
-  account_id: Schema.String,
-  status: PredictionStatus,
-  hold_id: Schema.NullOr(Schema.String),
-  input_duration_sec: Schema.NullOr(Schema.Number),
-  result: Schema.NullOr(StoredResult),
-  error_type: Schema.NullOr(PredictionErrorType),
-  error_message: Schema.NullOr(Schema.String),
-  created_at: Schema.DateFromSelf,
-  completed_at: Schema.NullOr(Schema.DateFromSelf),
-  upload_id: Schema.String,
-  upload_status: Schema.Literal("pending", "receiving", "received", "expired")
-})
-type PredictionRow = typeof PredictionRow.Type
-
-const UploadRow = Schema.Struct({
-  id: Schema.String,
-  prediction_id: Schema.String,
-  account_id: Schema.String,
-  status: Schema.Literal("pending", "receiving", "received", "expired"),
-  blob_key: Schema.NullOr(Schema.String),
-  expired: Schema.Boolean
-})
-type UploadRow = typeof UploadRow.Type
-
-/** The contract's Prediction (spec 2.8): `input` appears once the file has landed. */
-export const toPrediction = (row: PredictionRow): Prediction => ({
-  object: "prediction",
-  id: row.id,
-  status: row.status,
-  created_at: toTimestamp(row.created_at),
-  completed_at: toNullableTimestamp(row.completed_at),
-  input: row.upload_status === "received" ? { duration_sec: row.input_duration_sec } : null,
-  result: row.result === null
-    ? null
-    : { band: row.result.band, hook_duration_sec: row.result.hook_duration_sec, category: row.result.category },
-  error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "" }
-})
 
 /** How a job ends. */
 export type Outcome =
@@ -491,7 +421,7 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         const uploadedKey = upload.blob_key
         const size = yield* blobs.size(uploadedKey)
         if (Option.isNone(size)) return yield* releaseClaim(upload.id)
-        const jobKey = `jobs/${upload.prediction_id}`
+        const jobKey = jobBlobKey(upload.prediction_id)
         const copied = yield* Effect.scoped(Effect.gen(function*() {
           const checked = yield* checkedVideoBody(blobs.read(uploadedKey, config.uploadMaxBytes + 1), config.uploadMaxBytes)
           const stored = yield* blobs.put(jobKey, checked.stream)

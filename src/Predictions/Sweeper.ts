@@ -22,7 +22,8 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { Predictions, WorkSignal } from "./Predictions.js"
+import { jobBlobKey, Predictions } from "./Predictions.js"
+import { WorkSignal } from "./WorkSignal.js"
 
 const batch = 100
 
@@ -71,13 +72,15 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
     })
 
     const releaseStalledReceives = Effect.gen(function*() {
-      const stalled = yield* sql<{ id: string; blob_key: string | null }>`
-        SELECT id, blob_key FROM uploads
+      const stalled = yield* sql<{ id: string; prediction_id: string; blob_key: string | null }>`
+        SELECT id, prediction_id, blob_key FROM uploads
          WHERE status = 'receiving' AND receiving_started_at <= now() - make_interval(secs => ${secs(config.uploadReceiveTimeout)})
          LIMIT ${batch}`
       for (const upload of stalled) {
         // The partial file goes first, while no other PUT can be writing it.
         if (upload.blob_key !== null) yield* blobs.remove(upload.blob_key)
+        // A presigned landing that died mid-copy may have left part of the job's copy.
+        if (presigned) yield* blobs.remove(jobBlobKey(upload.prediction_id))
         yield* Effect.gen(function*() {
           const rows = yield* sql<{ status: string; prediction_id: string }>`
             UPDATE uploads

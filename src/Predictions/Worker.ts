@@ -17,7 +17,8 @@ import { recordJobRun } from "../Observability/Metrics.js"
 import { linkedTo } from "../Observability/Tracing.js"
 import { DatabaseMode, listen, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { jobsChannel, type Outcome, Predictions, WorkSignal } from "./Predictions.js"
+import { jobsChannel, type Outcome, Predictions } from "./Predictions.js"
+import { WorkSignal } from "./WorkSignal.js"
 import { ClipScorer } from "./Scorer.js"
 
 class LostClaim extends Data.TaggedError("LostClaim")<{}> {}
