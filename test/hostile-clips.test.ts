@@ -248,6 +248,29 @@ describe("presigned S3 uploads (items 5 and 6)", () => {
     await expectUp(server, attacker.key)
   })
 
+  test("a presigned clip landing over the unpaid bound fails at once as expired; nothing charged, nothing kept", async () => {
+    const poor = await server.account({ plan: "pro", monthly_balance: 0 })
+    // Links made while there was room (the default bound is 3 unpaid clips), all used afterwards.
+    const links: Array<UploadLink> = []
+    for (let i = 0; i < 4; i++) links.push(await createLink(server, poor.key))
+    for (const link of links) {
+      expect((await fetch(link.upload_url, { method: "PUT", body: readFileSync(clips.cutMp4.path) })).status).toBe(200)
+    }
+    const over = links[3]
+    const failed = await waitForStatus(server, poor.key, over.prediction_id, "failed")
+    expect(failed.error?.type).toBe("expired")
+    for (const link of links.slice(0, 3)) {
+      const kept = await getPrediction(server, poor.key, link.prediction_id)
+      expect(kept.body).toMatchObject({ status: "awaiting_upload", input: { duration_sec: null } })
+    }
+    await waitFor("the refused clip's objects to be deleted", async () =>
+      [...s3.objects.keys()].some((key) => key.includes(over.prediction_id) || key.includes(over.upload_id)) ? undefined : true)
+    expectEnvelope(await server.request("/v1/predict/upload", { method: "POST", key: poor.key }), 429, "unpaid_clips_limit")
+    await expectWallet(server.db, poor.accountId, { monthly: 0, topup: 0, pendingHolds: 0 })
+    for (const link of links) expect(await journalOf(server.db, link.prediction_id)).toEqual([])
+    await expectUp(server, poor.key)
+  })
+
   test("600 pending links from one tenant do not hide another tenant's upload; a key over its pending cap gets 429", async () => {
     const hostile = await server.account({ plan: "pro", monthly_balance: 0 })
     const keys = [hostile.key]
