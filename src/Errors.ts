@@ -131,3 +131,14 @@ export const UnsupportedMediaTypeWire = envelope(UnsupportedMediaType, "unsuppor
 
 /** The errors any /v1 route may answer with once its key is accepted. */
 export type AccessError = InvalidApiKey | AccountSuspended | ApiNotEnabled | RateLimitExceeded
+
+// Clip-scoring quotas (issue 14): 429 like a rate limit, with Retry-After, but a type of their own.
+export class UnpaidClipsLimit extends Schema.TaggedError<UnpaidClipsLimit>()("UnpaidClipsLimit", {
+  message: Schema.String
+}) {}
+export const UnpaidClipsLimitWire = envelope(UnpaidClipsLimit, "unpaid_clips_limit", 429, "The account already keeps as many clips waiting for credits as allowed; top up and retry start them, or wait (Retry-After) until one expires.")
+
+export class TooManyPendingUploads extends Schema.TaggedError<TooManyPendingUploads>()("TooManyPendingUploads", {
+  message: Schema.String
+}) {}
+export const TooManyPendingUploadsWire = envelope(TooManyPendingUploads, "too_many_pending_uploads", 429, "This key already holds as many unused upload links as allowed; use them or wait (Retry-After) until one expires.")

@@ -28,100 +28,26 @@ import {
   type WebhookEvent
 } from "./support/server.js"
 import { expectEnvelope } from "./support/envelope.js"
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-/** Polls `probe` until it returns a value (not undefined); the deadline only guards against a hang. */
-const waitFor = async <T>(what: string, probe: () => Promise<T | undefined>, deadlineMs = 30_000): Promise<T> => {
-  const started = Date.now()
-  while (true) {
-    const value = await probe()
-    if (value !== undefined) return value
-    if (Date.now() - started > deadlineMs) throw new Error(`gave up waiting for ${what}`)
-    await Bun.sleep(25)
-  }
-}
-
-/** Test servers announce PUBLIC_BASE_URL in their links; the tests reach them on their real address. */
-const publicBase = "https://api.hookline.example"
-
-const createLink = async (server: TestServer, key: string): Promise<UploadLink> => {
-  const response = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key })
-  expect(response.status).toBe(200)
-  const link = response.body
-  return link.upload_url.startsWith(publicBase) ? { ...link, upload_url: server.url + link.upload_url.slice(publicBase.length) } : link
-}
-
-interface PutResponse {
-  readonly status: number
-  readonly headers: Headers
-  readonly body: unknown
-}
-
-const put = async (url: string, body: BodyInit, headers: Record<string, string> = {}): Promise<PutResponse> => {
-  const response = await fetch(url, { method: "PUT", body, headers })
-  const text = await response.text()
-  return { status: response.status, headers: response.headers, body: text === "" ? null : JSON.parse(text) }
-}
-
-const putClip = (url: string, clip: Clip) => put(url, readFileSync(clip.path))
-
-const expectReceived = (response: PutResponse, link: UploadLink) => {
-  expect(response.status).toBe(200)
-  expect(response.body).toEqual({ object: "upload", upload_id: link.upload_id, status: "received" })
-}
-
-const getPrediction = (server: TestServer, key: string, id: string) => server.request<PredictionBody>(`/v1/predict/${id}`, { key })
-
-const waitForStatus = (server: TestServer, key: string, id: string, status: string) =>
-  waitFor(`${id} to be ${status}`, async () => {
-    const response = await getPrediction(server, key, id)
-    return response.body?.status === status ? response.body : undefined
-  })
-
-/** The credit journal rows of one prediction (reserve, release), in order. */
-const journalOf = async (db: Pg.Pool, predictionId: string) =>
-  (await db.query(
-    "SELECT entry_type, bucket, amount::int AS amount FROM credit_journal WHERE reference_id = $1 ORDER BY seq",
-    [predictionId]
-  )).rows
-
-const holdsOf = async (db: Pg.Pool, predictionId: string) =>
-  (await db.query(
-    `SELECT status, monthly_amount::int AS monthly, topup_amount::int AS topup,
-            settled_monthly::int AS settled_monthly, settled_topup::int AS settled_topup
-       FROM holds WHERE reference_id = $1`,
-    [predictionId]
-  )).rows
-
-/** The wallet, checked against its journal: balances equal the journal's sums. */
-const expectWallet = async (db: Pg.Pool, accountId: string, expected: { monthly: number; topup: number; pendingHolds: number }) => {
-  const state = await ledgerState(db, accountId)
-  expect(state).toEqual({ ...expected, journalMonthly: expected.monthly, journalTopup: expected.topup })
-}
-
-const eventsOf = async (db: Pg.Pool, accountId: string) =>
-  (await db.query<{ event_type: string; payload: WebhookEvent }>(
-    "SELECT event_type, payload FROM webhook_deliveries WHERE account_id = $1 ORDER BY created_at",
-    [accountId]
-  )).rows
-
-const uploadRow = async (db: Pg.Pool, uploadId: string) =>
-  (await db.query("SELECT status, blob_key, size_bytes::int AS size_bytes, media_kind FROM uploads WHERE id = $1", [uploadId])).rows[0]
-
-const predictionRow = async (db: Pg.Pool, predictionId: string) =>
-  (await db.query("SELECT status, attempts, claimed_by, hold_id FROM predictions WHERE id = $1", [predictionId])).rows[0]
-
-const blobPath = (server: TestServer, uploadId: string) => join(server.dataDir, "blobs", "uploads", uploadId)
-
-const sampleScore: ClipScore = {
-  band: "high",
-  hookDurationSec: 1.2,
-  durationSec: 8.5,
-  category: null,
-  features: { motion: 5.5 }
-}
+import {
+  blobPath,
+  createLink,
+  eventsOf,
+  expectReceived,
+  expectWallet,
+  fastBackground,
+  getPrediction,
+  holdsOf,
+  instantScorer,
+  journalOf,
+  predictionRow,
+  publicBase,
+  put,
+  putClip,
+  sampleScore,
+  uploadRow,
+  waitFor,
+  waitForStatus
+} from "./support/predictions.js"
 
 /**
  * A scorer the test drives: each call waits until the test settles it, found by the upload id
@@ -167,15 +93,6 @@ const controlledScorer = () => {
       calls.find((c) => c.uploadId === uploadId && !c.settled && !c.interrupted))
   const callsFor = (uploadId: string) => calls.filter((c) => c.uploadId === uploadId)
   return { layer, call, callsFor }
-}
-
-const instantScorer = Layer.succeed(ClipScorer, ClipScorer.make({ score: () => Effect.succeed(sampleScore) }))
-
-const fastBackground = {
-  PUBLIC_BASE_URL: publicBase,
-  PREDICTION_SWEEP_INTERVAL: "100 millis",
-  WORKER_POLL_INTERVAL: "100 millis",
-  HEARTBEAT_INTERVAL: "100 millis"
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -770,12 +687,12 @@ describe("the sweeper", () => {
     expect(after.body).toEqual(failed)
   })
 
-  test("a landed clip still waiting for credits after 24 hours fails with expired, nothing charged, file deleted", async () => {
+  test("a landed clip still waiting for credits an hour after it landed fails with expired, nothing charged, file deleted", async () => {
     const poor = await server.account({ plan: "pro", monthly_balance: 5 })
     const link = await createLink(server, poor.key)
     expectReceived(await putClip(link.upload_url, clips.cutMp4), link)
     expect(existsSync(blobPath(server, link.upload_id))).toBe(true)
-    await server.db.query("UPDATE predictions SET created_at = now() - interval '24 hours 1 second' WHERE id = $1", [link.prediction_id])
+    await server.db.query("UPDATE uploads SET received_at = now() - interval '1 hour 1 second' WHERE id = $1", [link.upload_id])
     await waitFor("the clip to expire", async () =>
       (await predictionRow(server.db, link.prediction_id)).status === "failed" ? true : undefined)
     const row = (await server.db.query("SELECT error_type FROM predictions WHERE id = $1", [link.prediction_id])).rows[0]

@@ -6,6 +6,8 @@ import {
   AuthorizationNotAllowedWire,
   InsufficientCreditsWire,
   PayloadTooLargeWire,
+  TooManyPendingUploadsWire,
+  UnpaidClipsLimitWire,
   UnsupportedMediaTypeWire,
   UploadAlreadyUsedWire,
   UploadExpiredWire
@@ -86,11 +88,15 @@ export class PredictApi extends HttpApiGroup.make("predict")
   .add(
     HttpApiEndpoint.post("createUpload", "/predict/upload")
       .addSuccess(PredictUpload)
+      .addError(TooManyPendingUploadsWire)
+      .addError(UnpaidClipsLimitWire)
       .annotate(AccessRule, needs("predict:write"))
       .annotate(OpenApi.Summary, "Create an upload link")
       .annotate(
         OpenApi.Description,
-        "Creates a prediction awaiting its clip and a one-time upload_url valid 15 minutes. No body. Costs 0. Needs predict:write."
+        "Creates a prediction awaiting its clip and a one-time upload_url valid 15 minutes. No body. Costs 0. Needs predict:write. " +
+          "429 too_many_pending_uploads when the key holds too many unused links; 429 unpaid_clips_limit when the " +
+          "account keeps too many clips waiting for credits (both with Retry-After)."
       )
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
@@ -132,6 +138,7 @@ export class UploadApi extends HttpApiGroup.make("upload")
       .addError(UploadExpiredWire)
       .addError(PayloadTooLargeWire)
       .addError(UnsupportedMediaTypeWire)
+      .addError(UnpaidClipsLimitWire)
       .annotate(OpenApi.Summary, "Upload the clip")
       // The handler streams the body itself (a declared payload would be read whole), so the
       // request body is documented here for generated clients.
@@ -139,7 +146,8 @@ export class UploadApi extends HttpApiGroup.make("upload")
       .annotate(
         OpenApi.Description,
         "The one-time upload_url from Create an upload link. The raw MP4, MOV or WebM bytes as the body (at most 256 MiB), " +
-          "with no Authorization header. Costs 0; 20 credits are reserved when the job reaches queued."
+          "with no Authorization header. Costs 0; 20 credits are reserved when the job reaches queued. " +
+          "429 unpaid_clips_limit when the wallet cannot pay and the account already keeps as many unpaid clips as allowed."
       )
   )
   .annotate(OpenApi.Title, "Upload")

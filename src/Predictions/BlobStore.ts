@@ -8,7 +8,7 @@
  */
 import { Duration, Effect, Exit, Option, Redacted, Stream } from "effect"
 import { randomUUID } from "node:crypto"
-import { mkdir, open, rename, rm, stat } from "node:fs/promises"
+import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { ServerConfig } from "../Config.js"
 import { wholeSeconds } from "../Durations.js"
@@ -20,8 +20,10 @@ export interface BlobStoreApi {
   readonly put: <E, R>(key: string, body: Stream.Stream<Uint8Array, E, R>) => Effect.Effect<{ readonly sizeBytes: number }, E, R>
   /** The object's size, or None when it does not exist. */
   readonly size: (key: string) => Effect.Effect<Option.Option<number>>
-  /** The first `bytes` bytes (fewer when the object is shorter). */
-  readonly head: (key: string, bytes: number) => Effect.Effect<Uint8Array>
+  /** The first `maxBytes` bytes as a stream (read errors are defects). */
+  readonly read: (key: string, maxBytes: number) => Stream.Stream<Uint8Array>
+  /** Keys of the objects under `prefix` (a folder: ends with "/"), in key order. */
+  readonly list: (prefix: string) => Effect.Effect<ReadonlyArray<string>>
   /** Runs `use` with a local path holding the object (a temporary copy for remote stores). */
   readonly withLocalFile: <A, E, R>(key: string, use: (path: string) => Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   /** Deletes the object (and any partial write of it); no error when it does not exist. */
@@ -72,17 +74,17 @@ const fileStore = (root: string): BlobStoreApi => {
       checkKey(key).pipe(
         Effect.zipRight(Effect.promise(() => stat(pathOf(key)).then((s) => Option.some(s.size), () => Option.none())))
       ),
-    head: (key, bytes) =>
-      checkKey(key).pipe(Effect.zipRight(Effect.promise(async () => {
-        const handle = await open(pathOf(key), "r")
-        try {
-          const buffer = new Uint8Array(bytes)
-          const { bytesRead } = await handle.read(buffer, 0, bytes, 0)
-          return buffer.subarray(0, bytesRead)
-        } finally {
-          await handle.close()
-        }
-      }))),
+    read: (key, maxBytes) =>
+      Stream.unwrap(checkKey(key).pipe(Effect.as(
+        Stream.fromReadableStream(() => Bun.file(pathOf(key)).slice(0, maxBytes).stream(), (error) => error).pipe(Stream.orDie)
+      ))),
+    list: (prefix) =>
+      Effect.promise(() =>
+        readdir(pathOf(prefix), { withFileTypes: true }).then(
+          (entries) => entries.filter((e) => e.isFile() && !e.name.endsWith(".part")).map((e) => prefix + e.name).sort(),
+          () => []
+        )
+      ),
     // Every process that scores must see the same DATA_DIR; a missing file is a deployment fault.
     withLocalFile: (key, use) =>
       checkKey(key).pipe(
@@ -121,10 +123,21 @@ const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): Blob
       checkKey(key).pipe(Effect.zipRight(Effect.promise(async () =>
         (await client.exists(key)) ? Option.some(await client.size(key)) : Option.none()
       ))),
-    head: (key, bytes) =>
-      checkKey(key).pipe(Effect.zipRight(Effect.promise(async () =>
-        new Uint8Array(await client.file(key).slice(0, bytes).arrayBuffer())
+    read: (key, maxBytes) =>
+      Stream.unwrap(checkKey(key).pipe(Effect.as(
+        Stream.fromReadableStream(() => client.file(key).slice(0, maxBytes).stream(), (error) => error).pipe(Stream.orDie)
       ))),
+    list: (prefix) =>
+      Effect.promise(async () => {
+        const keys: Array<string> = []
+        let continuationToken: string | undefined
+        do {
+          const page = await client.list({ prefix, continuationToken })
+          for (const object of page.contents ?? []) keys.push(object.key)
+          continuationToken = page.isTruncated === true ? page.nextContinuationToken : undefined
+        } while (continuationToken !== undefined)
+        return keys
+      }),
     // ffmpeg reads a local copy: seeking over HTTP would fetch the file several times.
     withLocalFile: (key, use) =>
       Effect.acquireUseRelease(

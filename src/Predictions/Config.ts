@@ -24,7 +24,15 @@ export const PredictionsConfig = Config.all({
   heartbeatInterval: Config.duration("HEARTBEAT_INTERVAL").pipe(Config.withDefault(Duration.seconds(5))),
   /** A running job whose heartbeat is older than this is re-queued (or failed after the last attempt). */
   heartbeatTimeout: Config.duration("HEARTBEAT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
-  sweepInterval: Config.duration("PREDICTION_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(10)))
+  sweepInterval: Config.duration("PREDICTION_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(10))),
+  /** Clips an account may keep landed but unpaid (credits short); over it links and PUTs get 429. */
+  unpaidMaxCount: Config.integer("UNPAID_CLIPS_MAX_COUNT").pipe(Config.withDefault(3)),
+  /** Bytes of landed-but-unpaid clips an account may keep (two clips of the largest size). */
+  unpaidMaxBytes: Config.integer("UNPAID_CLIPS_MAX_BYTES").pipe(Config.withDefault(512 * 1024 * 1024)),
+  /** A clip that landed while credits were short is kept this long for retry start, then fails as expired. */
+  unpaidRetention: Config.duration("UNPAID_CLIP_RETENTION").pipe(Config.withDefault(Duration.hours(1))),
+  /** Unused, unexpired upload links one key may hold; the link request over it gets 429. */
+  pendingUploadsPerKey: Config.integer("PENDING_UPLOADS_PER_KEY").pipe(Config.withDefault(20))
 })
 export type PredictionsConfig = Config.Config.Success<typeof PredictionsConfig>
 
@@ -39,7 +47,11 @@ export const ScorerConfig = Config.all({
   /** ffmpeg scene score (0..1) above which a frame starts a new shot. */
   cutThreshold: Config.number("SCORER_CUT_THRESHOLD").pipe(Config.withDefault(0.3)),
   /** One ffprobe or ffmpeg run taking longer than this fails the job with analysis_failed. */
-  analysisTimeout: Config.duration("ANALYSIS_TIMEOUT").pipe(Config.withDefault(Duration.minutes(2)))
+  analysisTimeout: Config.duration("ANALYSIS_TIMEOUT").pipe(Config.withDefault(Duration.minutes(2))),
+  /** Frames of the opening analysed at most (10 s at 120 fps); a file packed with tiny frames stops there. */
+  maxFrames: Config.integer("SCORER_MAX_FRAMES").pipe(Config.withDefault(1200)),
+  /** Output one ffprobe/ffmpeg run may print (read as it streams); more stops it: analysis_failed. */
+  maxOutputBytes: Config.integer("SCORER_MAX_OUTPUT_BYTES").pipe(Config.withDefault(8 * 1024 * 1024))
 })
 export type ScorerConfig = Config.Config.Success<typeof ScorerConfig>
 

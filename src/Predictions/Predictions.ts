@@ -14,12 +14,13 @@
 import { HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
-import { Duration, Effect, Either, Exit, Option, Ref, Schema, Stream } from "effect"
+import { Duration, Effect, Either, Exit, Option, Schema, Stream } from "effect"
 import type { Caller } from "../Auth/Api.js"
 import { publicBaseUrl, ServerConfig } from "../Config.js"
 import {
   AuthorizationNotAllowed,
   NotFound,
+  RequestId,
   UploadAlreadyUsed,
   UploadExpired,
   ValidationFailed
@@ -27,21 +28,17 @@ import {
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { type Balances, Ledger } from "../Ledger/Ledger.js"
 import { currentTraceParent } from "../Observability/Tracing.js"
-import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
+import { toTimestamp } from "../Schemas.js"
 import { DatabaseMode, orDieOnDb } from "../Sql.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
-import {
-  Band,
-  type Prediction,
-  PredictionErrorType,
-  PredictionStatus,
-  type PredictUpload,
-  UploadReceipt
-} from "./Api.js"
+import { type Prediction, type PredictionErrorType, type PredictUpload, UploadReceipt } from "./Api.js"
 import { BlobStore } from "./BlobStore.js"
 import { PredictionsConfig } from "./Config.js"
+import { UploadQuotas } from "./Quotas.js"
+import { PredictionRow, toPrediction, UploadRow } from "./Rows.js"
 import type { ClipScore } from "./Scorer.js"
-import { checkedVideoBody, type MediaKind, sniffLength, sniffMediaKind, tooLarge, unsupportedMedia } from "./Uploads.js"
+import { checkedVideoBody, type MediaKind, tooLarge, unsupportedMedia } from "./Uploads.js"
+import { WorkSignal } from "./WorkSignal.js"
 
 /** Credits a prediction job reserves when it reaches queued, and takes when it succeeds. */
 export const PREDICTION_CREDITS = 20
@@ -49,76 +46,11 @@ export const PREDICTION_CREDITS = 20
 /** Postgres channel on which queued jobs are announced to every process's workers. */
 export const jobsChannel = "hookline_predictions"
 
+/** Presigned mode: where a landed clip is copied, out of reach of its upload link. */
+export const jobBlobKey = (predictionId: string) => `jobs/${predictionId}`
+
 /** Upload tokens: 24 random bytes (192 bits), URL-safe base64. */
 const tokenPattern = /^[A-Za-z0-9_-]{32}$/
-
-/**
- * Wakes this process's idle workers when a job is queued here; other processes hear of it
- * through LISTEN/NOTIFY (or their polling). A wake that comes while no worker waits is
- * remembered by the generation counter, so a worker about to sleep does not miss it.
- */
-export class WorkSignal extends Effect.Service<WorkSignal>()("hookline/WorkSignal", {
-  effect: Effect.gen(function*() {
-    const latch = yield* Effect.makeLatch(false)
-    const generation = yield* Ref.make(0)
-    return {
-      wake: Ref.update(generation, (n) => n + 1).pipe(Effect.zipRight(latch.release)),
-      generation: Ref.get(generation),
-      /** Sleeps until a wake after `seen`, or `timeout`. */
-      waitAfter: (seen: number, timeout: Duration.Duration) =>
-        Effect.gen(function*() {
-          if ((yield* Ref.get(generation)) !== seen) return
-          yield* Effect.raceFirst(latch.await, Effect.sleep(timeout))
-        })
-    } as const
-  })
-}) {}
-
-const StoredResult = Schema.Struct({
-  band: Band,
-  hook_duration_sec: Schema.NullOr(Schema.Number),
-  category: Schema.NullOr(Schema.Struct({ slug: Schema.String }))
-})
-
-const PredictionRow = Schema.Struct({
-  id: Schema.String,
-  account_id: Schema.String,
-  status: PredictionStatus,
-  hold_id: Schema.NullOr(Schema.String),
-  input_duration_sec: Schema.NullOr(Schema.Number),
-  result: Schema.NullOr(StoredResult),
-  error_type: Schema.NullOr(PredictionErrorType),
-  error_message: Schema.NullOr(Schema.String),
-  created_at: Schema.DateFromSelf,
-  completed_at: Schema.NullOr(Schema.DateFromSelf),
-  upload_id: Schema.String,
-  upload_status: Schema.Literal("pending", "receiving", "received", "expired")
-})
-type PredictionRow = typeof PredictionRow.Type
-
-const UploadRow = Schema.Struct({
-  id: Schema.String,
-  prediction_id: Schema.String,
-  account_id: Schema.String,
-  status: Schema.Literal("pending", "receiving", "received", "expired"),
-  blob_key: Schema.NullOr(Schema.String),
-  expired: Schema.Boolean
-})
-type UploadRow = typeof UploadRow.Type
-
-/** The contract's Prediction (spec 2.8): `input` appears once the file has landed. */
-export const toPrediction = (row: PredictionRow): Prediction => ({
-  object: "prediction",
-  id: row.id,
-  status: row.status,
-  created_at: toTimestamp(row.created_at),
-  completed_at: toNullableTimestamp(row.completed_at),
-  input: row.upload_status === "received" ? { duration_sec: row.input_duration_sec } : null,
-  result: row.result === null
-    ? null
-    : { band: row.result.band, hook_duration_sec: row.result.hook_duration_sec, category: row.result.category },
-  error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "" }
-})
 
 /** How a job ends. */
 export type Outcome =
@@ -146,6 +78,7 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
     const signal = yield* WorkSignal
     const mode = yield* DatabaseMode
     const config = yield* PredictionsConfig
+    const quotas = yield* UploadQuotas
     const server = yield* ServerConfig
     const retentionSec = Duration.toSeconds(config.retention)
 
@@ -211,18 +144,26 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
      * upload becomes received and the job is queued with its credits reserved, or, when the
      * wallet is short, stays awaiting_upload with its file kept (retry start picks it up).
      */
-    const land = (upload: { readonly id: string; readonly predictionId: string }, sizeBytes: number, kind: MediaKind | null) =>
+    const land = (
+      upload: { readonly id: string; readonly predictionId: string },
+      stored: { readonly sizeBytes: number; readonly kind: MediaKind | null; readonly blobKey: string },
+      requestId: string | null
+    ) =>
       Effect.gen(function*() {
         const queued = yield* Effect.gen(function*() {
           const landed = yield* sql`
-            UPDATE uploads SET status = 'received', size_bytes = ${sizeBytes}, media_kind = ${kind}, received_at = now()
+            UPDATE uploads
+               SET status = 'received', size_bytes = ${stored.sizeBytes}, media_kind = ${stored.kind}, received_at = now(),
+                   blob_key = ${stored.blobKey}
              WHERE id = ${upload.id} AND status = 'receiving'
             RETURNING id`
           if (landed.length === 0) return yield* Effect.dieMessage(`Upload ${upload.id} was released while its file landed`)
           const accountId = yield* lockAwaiting(upload.predictionId)
           if (Option.isNone(accountId)) return false
-          const reserved = yield* Effect.either(reserveAndQueue(upload.predictionId, accountId.value, null))
+          const reserved = yield* Effect.either(reserveAndQueue(upload.predictionId, accountId.value, requestId))
           if (Either.isLeft(reserved)) {
+            // Kept unpaid only within the account's bound; over it the landing rolls back.
+            yield* quotas.checkLandedUnpaid(accountId.value)
             yield* Effect.logInfo("clip landed while credits were short; job stays awaiting_upload").pipe(
               Effect.annotateLogs({ prediction_id: upload.predictionId })
             )
@@ -267,6 +208,7 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         const token = randomToken(24)
         const blobKey = `uploads/${uploadId}`
         const rows = yield* Effect.gen(function*() {
+          yield* quotas.admitLink(caller.accountId, caller.keyId)
           yield* sql`
             INSERT INTO predictions (id, account_id, key_id, status)
             VALUES (${predictionId}, ${caller.accountId}, ${caller.keyId}, 'awaiting_upload')`
@@ -312,6 +254,7 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         if (declared !== undefined && Number(declared) > config.uploadMaxBytes) return yield* tooLarge(config.uploadMaxBytes)
         const empty = declared === "0" || (declared === undefined && request.headers["transfer-encoding"] === undefined)
         if (empty) return yield* unsupportedMedia()
+        yield* quotas.admitPut(found.value.account_id, Number(declared ?? 0), PREDICTION_CREDITS)
 
         const claimed = yield* sql`
           UPDATE uploads SET status = 'receiving', receiving_started_at = now()
@@ -336,7 +279,10 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         })).pipe(
           Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : releaseClaim(upload.id).pipe(Effect.orDie))
         )
-        yield* land(upload, stored.sizeBytes, stored.kind)
+        yield* land(upload, { ...stored, blobKey }, yield* RequestId).pipe(
+          // Over the unpaid bound: the file goes and the link can take it again once credits arrive.
+          Effect.tapError(() => blobs.remove(blobKey).pipe(Effect.zipRight(releaseClaim(upload.id))))
+        )
         return { object: "upload", upload_id: upload.id, status: "received" } satisfies typeof UploadReceipt.Type
       }).pipe(orDieOnDb, Effect.withSpan("Predictions.receiveUpload"))
 
@@ -443,10 +389,28 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         }
       }).pipe(orDieOnDb)
 
+    /** A landed file the job will not score: the upload is received and the job fails, nothing reserved. */
+    const failLanded = (
+      upload: { readonly id: string; readonly predictionId: string },
+      stored: { readonly sizeBytes: number; readonly kind: MediaKind | null; readonly blobKey: string },
+      failure: { readonly type: PredictionErrorType; readonly message: string }
+    ) =>
+      Effect.gen(function*() {
+        yield* sql`
+          UPDATE uploads
+             SET status = 'received', size_bytes = ${stored.sizeBytes}, media_kind = ${stored.kind}, received_at = now(),
+                 blob_key = ${stored.blobKey}
+           WHERE id = ${upload.id} AND status = 'receiving'`
+        yield* finish(upload.predictionId, { status: "failed", ...failure, durationSec: null }, sql`status = 'awaiting_upload'`)
+      }).pipe(sql.withTransaction, Effect.zipRight(discardBlob(upload.predictionId)))
+
     /**
-     * Presigned uploads: the object trigger for one pending upload whose object exists. The
-     * bytes are checked as the PUT route would; a file that is not a supported video, or too
-     * large, fails the job (the object store already answered the client's PUT).
+     * Presigned uploads: the object trigger for one pending upload whose object exists. S3 takes
+     * a presigned PUT again until the link expires, so the object is copied, checked as the PUT
+     * route checks a body (sniffed, at most UPLOAD_MAX_BYTES), to the job's own key
+     * `jobs/<prediction>`, which no link can write, and the uploaded object is deleted: a later PUT
+     * cannot change what is scored, and the watcher deletes what it writes. A file that is not a
+     * supported video, or too large, fails the job (the bucket already answered the client's PUT).
      */
     const landStoredObject = (uploadId: string) =>
       Effect.gen(function*() {
@@ -456,24 +420,35 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
           RETURNING id, prediction_id, blob_key`
         const upload = claimed[0]
         if (upload === undefined) return
-        const size = yield* blobs.size(upload.blob_key)
+        const uploadedKey = upload.blob_key
+        const size = yield* blobs.size(uploadedKey)
         if (Option.isNone(size)) return yield* releaseClaim(upload.id)
-        const kind = sniffMediaKind(yield* blobs.head(upload.blob_key, sniffLength))
+        const jobKey = jobBlobKey(upload.prediction_id)
+        const copied = yield* Effect.scoped(Effect.gen(function*() {
+          const checked = yield* checkedVideoBody(blobs.read(uploadedKey, config.uploadMaxBytes + 1), config.uploadMaxBytes)
+          const stored = yield* blobs.put(jobKey, checked.stream)
+          return { kind: checked.kind, sizeBytes: stored.sizeBytes, blobKey: jobKey }
+        })).pipe(
+          Effect.either,
+          // The bucket failed mid-copy: the link is released and the watcher tries again.
+          Effect.onExit((exit) =>
+            Exit.isSuccess(exit) ? Effect.void : blobs.remove(jobKey).pipe(Effect.zipRight(releaseClaim(upload.id)), Effect.orDie))
+        )
+        yield* blobs.remove(uploadedKey)
         const target = { id: upload.id, predictionId: upload.prediction_id }
-        if (kind !== null && size.value <= config.uploadMaxBytes) return yield* land(target, size.value, kind)
-        // Not a video we take, or too large: the file did land, and the job fails without a reserve.
-        yield* Effect.gen(function*() {
-          yield* sql`
-            UPDATE uploads SET status = 'received', size_bytes = ${size.value}, media_kind = ${kind}, received_at = now()
-             WHERE id = ${upload.id} AND status = 'receiving'`
-          yield* finish(upload.prediction_id, {
-            status: "failed",
+        if (Either.isLeft(copied)) {
+          return yield* failLanded(target, { sizeBytes: size.value, kind: null, blobKey: uploadedKey }, {
             type: "unsupported_media",
-            message: kind === null ? "The file is not an MP4, MOV or WebM video." : tooLarge(config.uploadMaxBytes).message,
-            durationSec: null
-          }, sql`status = 'awaiting_upload'`)
-        }).pipe(sql.withTransaction)
-        yield* discardBlob(upload.prediction_id)
+            message: copied.left.message
+          })
+        }
+        const landed = yield* Effect.either(land(target, copied.right, null))
+        if (Either.isLeft(landed)) {
+          yield* failLanded(target, copied.right, {
+            type: "expired",
+            message: "The clip landed while credits were short, and this account already keeps as many clips waiting for credits as allowed."
+          })
+        }
       }).pipe(orDieOnDb)
 
     return {
@@ -490,6 +465,6 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
       config
     } as const
   }),
-  dependencies: [Ledger.Default, Webhooks.Default, BlobStore.Default, WorkSignal.Default]
+  dependencies: [Ledger.Default, Webhooks.Default, BlobStore.Default, WorkSignal.Default, UploadQuotas.Default]
 }) {}
 

@@ -15,11 +15,17 @@
  *    change (cross-dissolve, fade) never scores that high in one frame, so it is not a cut.
  *    `signalstats` gives the luma change per frame (motion); `ebur128` the loudness.
  * 3. BandModel.ts maps the measurements to a band.
+ *
+ * A hostile file costs bounded work: at most SCORER_MAX_FRAMES frames are analysed, each tool's
+ * output is read as it streams and capped (SCORER_MAX_OUTPUT_BYTES; past it the tool is killed
+ * and the clip fails with analysis_failed), only the end of stderr is kept, and every run has
+ * ANALYSIS_TIMEOUT.
  */
-import { Data, Duration, Effect, Option, Schema } from "effect"
+import { Data, Duration, Effect, Schema } from "effect"
 import type { Band } from "./Api.js"
 import { bandOf, type OpeningFeatures } from "./BandModel.js"
 import { ScorerConfig } from "./Config.js"
+import { locateTool, runProcess } from "./Tools.js"
 
 export type ScoreFailureType = "unsupported_media" | "clip_too_long" | "analysis_failed"
 
@@ -44,52 +50,7 @@ export interface ClipScorerApi {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Running the tools
-
-interface ProcessResult {
-  readonly exitCode: number
-  readonly stdout: string
-  readonly stderr: string
-}
-
-class ProcessTimeout extends Data.TaggedError("ProcessTimeout")<{}> {}
-
-/** Runs a program to completion; killed when interrupted or after `timeout`. */
-const runProcess = (command: ReadonlyArray<string>, timeout: Duration.Duration) =>
-  Effect.acquireUseRelease(
-    Effect.sync(() => Bun.spawn([...command], { stdin: "ignore", stdout: "pipe", stderr: "pipe" })),
-    (child) =>
-      Effect.promise(async (): Promise<ProcessResult> => {
-        const [stdout, stderr, exitCode] = await Promise.all([
-          new Response(child.stdout).text(),
-          new Response(child.stderr).text(),
-          child.exited
-        ])
-        return { exitCode, stdout, stderr }
-      }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new ProcessTimeout() })),
-    (child) => Effect.sync(() => {
-      if (child.exitCode === null) child.kill("SIGKILL")
-    })
-  )
-
-/** FFMPEG_PATH / FFPROBE_PATH, then the system's, then the npm installer packages (development fallback). */
-const locateTool = (configured: Option.Option<string>, name: "ffmpeg" | "ffprobe") =>
-  Effect.promise(async (): Promise<string | null> => {
-    if (Option.isSome(configured)) return configured.value
-    const system = Bun.which(name)
-    if (system !== null) return system
-    try {
-      const installer = name === "ffmpeg"
-        ? await import("@ffmpeg-installer/ffmpeg")
-        : await import("@ffprobe-installer/ffprobe")
-      return installer.path
-    } catch {
-      return null
-    }
-  })
-
-// ---------------------------------------------------------------------------------------------
-// Reading their output
+// Reading the tools' output
 
 const NumberString = Schema.Union(Schema.NumberFromString, Schema.Number)
 
@@ -216,9 +177,13 @@ export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScore
     const openingSec = Duration.toSeconds(config.openingWindow)
 
     const run = (command: ReadonlyArray<string>, durationSec: number | null) =>
-      runProcess(command, config.analysisTimeout).pipe(
-        Effect.catchTag("ProcessTimeout", () =>
-          Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)))
+      runProcess(command, config.analysisTimeout, config.maxOutputBytes).pipe(
+        Effect.catchTags({
+          ProcessTimeout: () =>
+            Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)),
+          OutputTooLarge: () =>
+            Effect.fail(failure("analysis_failed", "The analysis produced more output than allowed for one clip.", durationSec))
+        })
       )
 
     const probe = (path: string, tool: string) =>
@@ -271,12 +236,13 @@ export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScore
         const analysed = yield* run(
           [
             ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-t", String(openingSec), "-i", clip.path,
-            "-filter_complex", graph, "-map", "[v]", "-f", "null", "-",
+            "-filter_complex", graph, "-map", "[v]", "-frames:v", String(config.maxFrames), "-f", "null", "-",
             ...(audio === undefined ? [] : ["-map", "[a]", "-f", "null", "-"])
           ],
           round3(durationSec)
         )
-        const frames = parseFrameMetadata(analysed.stdout)
+        // The filter graph may print a frame or two past the output's -frames:v before ffmpeg stops.
+        const frames = parseFrameMetadata(analysed.stdout).slice(0, config.maxFrames)
         if (analysed.exitCode !== 0 || frames.length === 0) {
           yield* Effect.logDebug("ffmpeg could not decode the clip").pipe(
             Effect.annotateLogs("stderr", analysed.stderr.slice(-500))

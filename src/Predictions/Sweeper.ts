@@ -6,22 +6,30 @@
  * - running jobs whose heartbeat is older than HEARTBEAT_TIMEOUT → queued again, or failed /
  *   analysis_failed (refunded) after PREDICTION_MAX_ATTEMPTS claims;
  * - jobs queued longer than QUEUE_TIMEOUT → failed / expired (refunded);
- * - landed files still waiting for credits after PREDICTION_RETENTION → failed / expired;
+ * - landed files still waiting for credits UNPAID_CLIP_RETENTION after they landed → failed / expired;
  * - stored files of terminal jobs → deleted.
  *
  * Each candidate is moved by a conditional UPDATE in its own transaction, so several
  * processes sweeping at once never move a row twice.
  *
  * With presigned S3 uploads a watcher plays the object trigger: every S3_UPLOAD_WATCH_INTERVAL
- * it asks the bucket whether each pending link's object has arrived, and lands those that have.
+ * it lists the bucket's `uploads/` folder once and lands the objects of pending links. Pending
+ * links without an object cost nothing, so no number of them can delay another tenant's upload.
+ * An object under a link that was already used (S3 takes a presigned PUT again until the link
+ * expires), expired or unknown is deleted.
  */
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { Predictions, WorkSignal } from "./Predictions.js"
+import { jobBlobKey, Predictions } from "./Predictions.js"
+import { WorkSignal } from "./WorkSignal.js"
 
 const batch = 100
+
+/** Where presigned links put their objects: `uploads/<upload id>`. */
+const uploadsFolder = "uploads/"
+const uploadKey = /^uploads\/upl_[0-9a-f]{32}$/
 
 export const PredictionsSweeperLive = Layer.scopedDiscard(
   Effect.gen(function*() {
@@ -63,13 +71,15 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
     })
 
     const releaseStalledReceives = Effect.gen(function*() {
-      const stalled = yield* sql<{ id: string; blob_key: string | null }>`
-        SELECT id, blob_key FROM uploads
+      const stalled = yield* sql<{ id: string; prediction_id: string; blob_key: string | null }>`
+        SELECT id, prediction_id, blob_key FROM uploads
          WHERE status = 'receiving' AND receiving_started_at <= now() - make_interval(secs => ${Duration.toSeconds(config.uploadReceiveTimeout)})
          LIMIT ${batch}`
       for (const upload of stalled) {
         // The partial file goes first, while no other PUT can be writing it.
         if (upload.blob_key !== null) yield* blobs.remove(upload.blob_key)
+        // A presigned landing that died mid-copy may have left part of the job's copy.
+        if (presigned) yield* blobs.remove(jobBlobKey(upload.prediction_id))
         yield* Effect.gen(function*() {
           const rows = yield* sql<{ status: string; prediction_id: string }>`
             UPDATE uploads
@@ -131,19 +141,19 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
     })
 
     const expireUnpaid = Effect.gen(function*() {
-      const cutoff = sql`created_at <= now() - make_interval(secs => ${Duration.toSeconds(config.retention)})`
+      const landedBefore = sql`received_at <= now() - make_interval(secs => ${Duration.toSeconds(config.unpaidRetention)})`
       const waiting = yield* sql<{ id: string }>`
-        SELECT p.id FROM predictions p
-         WHERE p.status = 'awaiting_upload' AND p.created_at <= now() - make_interval(secs => ${Duration.toSeconds(config.retention)})
-           AND EXISTS (SELECT 1 FROM uploads u WHERE u.prediction_id = p.id AND u.status = 'received')
+        SELECT p.id FROM predictions p JOIN uploads u ON u.prediction_id = p.id
+         WHERE p.status = 'awaiting_upload' AND u.status = 'received'
+           AND u.received_at <= now() - make_interval(secs => ${Duration.toSeconds(config.unpaidRetention)})
          LIMIT ${batch}`
       for (const { id } of waiting) {
         const failed = yield* predictions.finish(id, {
           status: "failed",
           type: "expired",
-          message: `The clip waited for credits longer than ${Duration.format(config.retention)}.`,
+          message: `The clip waited for credits longer than ${Duration.format(config.unpaidRetention)}.`,
           durationSec: null
-        }, sql`status = 'awaiting_upload' AND ${cutoff}`)
+        }, sql`status = 'awaiting_upload' AND EXISTS (SELECT 1 FROM uploads WHERE prediction_id = ${id} AND status = 'received' AND ${landedBefore})`)
         if (failed) yield* predictions.discardBlob(id)
       }
     })
@@ -172,10 +182,16 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
 
     if (presigned) {
       const watch = Effect.gen(function*() {
-        const pending = yield* sql<{ id: string; blob_key: string | null }>`
-          SELECT id, blob_key FROM uploads WHERE status = 'pending' AND expires_at > now() ORDER BY created_at LIMIT 500`
-        for (const upload of pending) {
-          if (yield* objectArrived(upload.blob_key)) yield* predictions.landStoredObject(upload.id)
+        const keys = (yield* blobs.list(uploadsFolder)).filter((key) => uploadKey.test(key))
+        if (keys.length === 0) return
+        const uploads = yield* sql<{ id: string; status: string; blob_key: string | null }>`
+          SELECT id, status, blob_key FROM uploads WHERE id IN ${sql.in(keys.map((key) => key.slice(uploadsFolder.length)))}`
+        const byId = new Map(uploads.map((upload) => [upload.id, upload]))
+        for (const key of keys) {
+          const upload = byId.get(key.slice(uploadsFolder.length))
+          if (upload?.status === "pending") yield* predictions.landStoredObject(upload.id)
+          // Being landed right now, or the job's own file (proxy mode keeps it here): left alone.
+          else if (upload?.status !== "receiving" && upload?.blob_key !== key) yield* blobs.remove(key)
         }
       }).pipe(orDieOnDb, (effect) => step("watch presigned uploads", effect))
       yield* watch.pipe(Effect.repeat(Schedule.spaced(blobs.watchInterval)), Effect.forkScoped)

@@ -1,6 +1,6 @@
 /**
  * The workers: a pool of fibers (WORKER_CONCURRENCY, default one per core) that claim queued
- * jobs with `FOR UPDATE SKIP LOCKED`, score them and finish them. Woken by LISTEN/NOTIFY on a
+ * jobs with `FOR UPDATE SKIP LOCKED`, fairly across accounts, score them and finish them. Woken by LISTEN/NOTIFY on a
  * real Postgres, by this process's own queueing, and by polling (the only way in embedded mode,
  * and the fallback everywhere).
  *
@@ -17,7 +17,8 @@ import { recordJobRun } from "../Observability/Metrics.js"
 import { linkedTo } from "../Observability/Tracing.js"
 import { DatabaseMode, listen, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { jobsChannel, type Outcome, Predictions, WorkSignal } from "./Predictions.js"
+import { jobsChannel, type Outcome, Predictions } from "./Predictions.js"
+import { WorkSignal } from "./WorkSignal.js"
 import { ClipScorer } from "./Scorer.js"
 
 class LostClaim extends Data.TaggedError("LostClaim")<{}> {}
@@ -42,16 +43,25 @@ export const WorkerLive = Layer.scopedDiscard(
     const workerId = `${hostname()}:${process.pid}:${randomToken(6)}`
     const queueTimeoutSec = Duration.toSeconds(config.queueTimeout)
 
+    /**
+     * Fair across accounts: the oldest queued job of the account with the fewest jobs running,
+     * so one account's queue cannot hold every worker while another's job waits. Under several
+     * processes two claims may read the same running counts (fairness is then approximate for a
+     * moment), but SKIP LOCKED and the status guard still give every job exactly one claim.
+     */
     const claimNext = sql<ClaimedJob>`
       UPDATE predictions p
          SET status = 'running', attempts = attempts + 1, claimed_by = ${workerId},
              heartbeat_at = now(), started_at = COALESCE(started_at, now())
        WHERE id = (
-         SELECT id FROM predictions
-          WHERE status = 'queued' AND queued_at > now() - make_interval(secs => ${queueTimeoutSec})
-          ORDER BY queued_at, id
-          FOR UPDATE SKIP LOCKED
+         SELECT q.id FROM predictions q
+           LEFT JOIN (SELECT account_id, count(*) AS jobs FROM predictions WHERE status = 'running' GROUP BY account_id) running
+             ON running.account_id = q.account_id
+          WHERE q.status = 'queued' AND q.queued_at > now() - make_interval(secs => ${queueTimeoutSec})
+          ORDER BY COALESCE(running.jobs, 0), q.queued_at, q.id
+          FOR UPDATE OF q SKIP LOCKED
           LIMIT 1)
+         AND p.status = 'queued'
       RETURNING p.id, p.attempts, p.trace_parent, (SELECT u.blob_key FROM uploads u WHERE u.prediction_id = p.id) AS blob_key`.pipe(
       Effect.map((rows) => Option.fromNullable(rows[0])),
       orDieOnDb

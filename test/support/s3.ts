@@ -1,8 +1,10 @@
 /**
  * A small S3-compatible object store for tests, on loopback: path-style `/<bucket>/<key>` with
- * PUT (plain and presigned), HEAD, GET (with a byte range) and DELETE, objects in memory. It
- * checks that requests are signed (header or presigned query) but not the signatures, and
- * leaves out multipart uploads (Bun's client sends objects under its part size in one PUT).
+ * PUT (plain and presigned), HEAD, GET (with a byte range), DELETE and ListObjectsV2 (prefix,
+ * max-keys, continuation token), objects in memory. As real S3 does, a presigned PUT can be
+ * repeated until the link expires: each one replaces the object. It checks that requests are
+ * signed (header or presigned query) but not the signatures, and leaves out multipart uploads
+ * (Bun's client sends objects under its part size in one PUT).
  */
 
 export interface FakeS3 {
@@ -14,6 +16,28 @@ export interface FakeS3 {
   readonly stop: () => Promise<void>
 }
 
+const xmlEscape = (text: string) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+
+/** ListObjectsV2: keys in order; the continuation token is the last key of the previous page. */
+const listObjects = (objects: ReadonlyMap<string, Uint8Array>, bucket: string, params: URLSearchParams) => {
+  const prefix = params.get("prefix") ?? ""
+  const maxKeys = Math.min(1000, Number(params.get("max-keys") ?? "1000"))
+  const after = params.get("continuation-token") ?? params.get("start-after") ?? ""
+  const keys = [...objects.keys()].filter((key) => key.startsWith(prefix) && key > after).sort()
+  const page = keys.slice(0, maxKeys)
+  const truncated = keys.length > page.length
+  const contents = page.map((key) =>
+    `<Contents><Key>${xmlEscape(key)}</Key><Size>${objects.get(key)?.length ?? 0}</Size><ETag>"1"</ETag>` +
+    `<LastModified>${new Date().toISOString()}</LastModified></Contents>`
+  ).join("")
+  const next = truncated ? `<NextContinuationToken>${xmlEscape(page[page.length - 1])}</NextContinuationToken>` : ""
+  return new Response(
+    `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>${bucket}</Name><Prefix>${xmlEscape(prefix)}</Prefix>` +
+      `<KeyCount>${page.length}</KeyCount><MaxKeys>${maxKeys}</MaxKeys><IsTruncated>${truncated}</IsTruncated>${next}${contents}</ListBucketResult>`,
+    { headers: { "content-type": "application/xml" } }
+  )
+}
+
 export const startFakeS3 = (bucket = "clips"): FakeS3 => {
   const objects = new Map<string, Uint8Array<ArrayBuffer>>()
   const log: Array<string> = []
@@ -23,6 +47,10 @@ export const startFakeS3 = (bucket = "clips"): FakeS3 => {
     async fetch(request) {
       const url = new URL(request.url)
       const prefix = `/${bucket}/`
+      if (request.method === "GET" && url.pathname === prefix && url.searchParams.get("list-type") === "2") {
+        log.push(`LIST ${url.searchParams.get("prefix") ?? ""}`)
+        return listObjects(objects, bucket, url.searchParams)
+      }
       if (!url.pathname.startsWith(prefix)) return new Response("<Error><Code>NoSuchBucket</Code></Error>", { status: 404 })
       const key = decodeURIComponent(url.pathname.slice(prefix.length))
       const signed = (request.headers.get("authorization") ?? "").startsWith("AWS4-HMAC-SHA256") ||

@@ -1,0 +1,113 @@
+/**
+ * What one tenant may hold for free (issue 14): upload links cost nothing and a clip that lands
+ * while credits are short is kept for retry start, so both are bounded.
+ *
+ * - Unused, unexpired links per key: PENDING_UPLOADS_PER_KEY (429 `too_many_pending_uploads`).
+ * - Landed-but-unpaid clips per account: UNPAID_CLIPS_MAX_COUNT and UNPAID_CLIPS_MAX_BYTES
+ *   (429 `unpaid_clips_limit`), each kept UNPAID_CLIP_RETENTION (the sweeper expires them).
+ *
+ * Both answers carry Retry-After: the time until the oldest link or unpaid clip expires, when
+ * room comes back by itself. Checks that must not be raced (two link requests, two landings at
+ * once) take a transaction-scoped advisory lock on the key or the account first.
+ */
+import { HttpApp, HttpServerResponse } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect } from "effect"
+import { TooManyPendingUploads, UnpaidClipsLimit } from "../Errors.js"
+import { Ledger } from "../Ledger/Ledger.js"
+import { PredictionsConfig } from "./Config.js"
+
+/** Advisory lock classes (first key of the two-key form), so they never meet another area's locks. */
+const pendingLinksLock = 14_006
+const unpaidClipsLock = 14_004
+
+const retryAfter = (seconds: number) =>
+  HttpApp.appendPreResponseHandler((_request, response) =>
+    Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(Math.max(1, Math.ceil(seconds))))))
+
+const mib = (bytes: number) => `${Math.round((bytes / (1024 * 1024)) * 10) / 10} MiB`
+
+interface UnpaidClips {
+  readonly clips: number
+  readonly bytes: number
+  /** Seconds until the oldest of them expires (0 when there are none). */
+  readonly freesInSec: number
+}
+
+export class UploadQuotas extends Effect.Service<UploadQuotas>()("hookline/UploadQuotas", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const ledger = yield* Ledger
+    const config = yield* PredictionsConfig
+    const unpaidRetentionSec = Duration.toMillis(config.unpaidRetention) / 1000
+
+    const unpaidClips = (accountId: string) =>
+      sql<UnpaidClips>`
+        SELECT count(*)::int AS clips, COALESCE(sum(u.size_bytes), 0)::int8 AS bytes,
+               COALESCE(EXTRACT(EPOCH FROM min(u.received_at) + make_interval(secs => ${unpaidRetentionSec}) - now()), 0)::float8
+                 AS "freesInSec"
+          FROM predictions p JOIN uploads u ON u.prediction_id = p.id
+         WHERE p.account_id = ${accountId} AND p.status = 'awaiting_upload' AND u.status = 'received'`.pipe(
+        Effect.map((rows) => rows[0])
+      )
+
+    const unpaidLimit = (unpaid: UnpaidClips, extraBytes: number) =>
+      retryAfter(unpaid.freesInSec).pipe(Effect.zipRight(
+        new UnpaidClipsLimit({
+          message: `This account keeps ${unpaid.clips} clip(s) (${mib(unpaid.bytes + extraBytes)}) waiting for credits, ` +
+            `the most allowed is ${config.unpaidMaxCount} clips or ${mib(config.unpaidMaxBytes)}: top up and retry start ` +
+            `them (POST /v1/predict), or retry after the oldest expires.`
+        })
+      ))
+
+    const overBound = (unpaid: UnpaidClips, extraClips: number, extraBytes: number) =>
+      unpaid.clips + extraClips > config.unpaidMaxCount || unpaid.bytes + extraBytes > config.unpaidMaxBytes
+
+    /**
+     * Before a link is made, inside its transaction: the key's unused links and the account's
+     * unpaid clips must leave room.
+     */
+    const admitLink = (accountId: string, keyId: string) =>
+      Effect.gen(function*() {
+        yield* sql`SELECT pg_advisory_xact_lock(${pendingLinksLock}, hashtext(${keyId}))`
+        const [pending] = yield* sql<{ links: number; freesInSec: number }>`
+          SELECT count(*)::int AS links, COALESCE(EXTRACT(EPOCH FROM min(expires_at) - now()), 0)::float8 AS "freesInSec"
+            FROM uploads WHERE key_id = ${keyId} AND status = 'pending' AND expires_at > now()`
+        if (pending.links >= config.pendingUploadsPerKey) {
+          yield* retryAfter(pending.freesInSec)
+          return yield* new TooManyPendingUploads({
+            message: `This key holds ${pending.links} unused upload links, the most allowed: ` +
+              `upload to them, or retry after the oldest expires.`
+          })
+        }
+        const unpaid = yield* unpaidClips(accountId)
+        if (overBound(unpaid, 1, 0) || unpaid.bytes >= config.unpaidMaxBytes) return yield* unpaidLimit(unpaid, 0)
+      })
+
+    /**
+     * Before a PUT streams: a wallet that cannot pay would make this clip unpaid, so it must fit
+     * beside the unpaid ones (by its declared length; a chunked body is checked when it lands).
+     */
+    const admitPut = (accountId: string, declaredBytes: number, clipCredits: number) =>
+      Effect.gen(function*() {
+        const wallet = yield* ledger.wallet(accountId)
+        if (wallet.monthly_balance + wallet.topup_balance >= clipCredits) return
+        const unpaid = yield* unpaidClips(accountId)
+        if (overBound(unpaid, 1, declaredBytes)) return yield* unpaidLimit(unpaid, declaredBytes)
+      })
+
+    /**
+     * When a clip has landed unpaid, inside the landing transaction (the clip itself already
+     * counted): fails when the account now keeps more than allowed, which rolls the landing back.
+     */
+    const checkLandedUnpaid = (accountId: string) =>
+      Effect.gen(function*() {
+        yield* sql`SELECT pg_advisory_xact_lock(${unpaidClipsLock}, hashtext(${accountId}))`
+        const unpaid = yield* unpaidClips(accountId)
+        if (overBound(unpaid, 0, 0)) return yield* unpaidLimit(unpaid, 0)
+      })
+
+    return { admitLink, admitPut, checkLandedUnpaid } as const
+  }),
+  dependencies: [Ledger.Default]
+}) {}

@@ -1,0 +1,50 @@
+/** The prediction and upload rows as read from the database, and the Prediction they make. */
+import { Schema } from "effect"
+import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
+import { Band, type Prediction, PredictionErrorType, PredictionStatus } from "./Api.js"
+
+export const StoredResult = Schema.Struct({
+  band: Band,
+  hook_duration_sec: Schema.NullOr(Schema.Number),
+  category: Schema.NullOr(Schema.Struct({ slug: Schema.String }))
+})
+
+export const PredictionRow = Schema.Struct({
+  id: Schema.String,
+  account_id: Schema.String,
+  status: PredictionStatus,
+  hold_id: Schema.NullOr(Schema.String),
+  input_duration_sec: Schema.NullOr(Schema.Number),
+  result: Schema.NullOr(StoredResult),
+  error_type: Schema.NullOr(PredictionErrorType),
+  error_message: Schema.NullOr(Schema.String),
+  created_at: Schema.DateFromSelf,
+  completed_at: Schema.NullOr(Schema.DateFromSelf),
+  upload_id: Schema.String,
+  upload_status: Schema.Literal("pending", "receiving", "received", "expired")
+})
+export type PredictionRow = typeof PredictionRow.Type
+
+export const UploadRow = Schema.Struct({
+  id: Schema.String,
+  prediction_id: Schema.String,
+  account_id: Schema.String,
+  status: Schema.Literal("pending", "receiving", "received", "expired"),
+  blob_key: Schema.NullOr(Schema.String),
+  expired: Schema.Boolean
+})
+export type UploadRow = typeof UploadRow.Type
+
+/** The contract's Prediction (spec 2.8): `input` appears once the file has landed. */
+export const toPrediction = (row: PredictionRow): Prediction => ({
+  object: "prediction",
+  id: row.id,
+  status: row.status,
+  created_at: toTimestamp(row.created_at),
+  completed_at: toNullableTimestamp(row.completed_at),
+  input: row.upload_status === "received" ? { duration_sec: row.input_duration_sec } : null,
+  result: row.result === null
+    ? null
+    : { band: row.result.band, hook_duration_sec: row.result.hook_duration_sec, category: row.result.category },
+  error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "" }
+})
