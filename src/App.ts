@@ -13,6 +13,7 @@ import { HttpAppLive } from "./Http.js"
 import { Idempotency, IdempotencySweeperLive } from "./Idempotency/Idempotency.js"
 import { CreditHistory } from "./Ledger/History.js"
 import { Ledger } from "./Ledger/Ledger.js"
+import { Usage } from "./Ledger/Usage.js"
 import { LedgerSweeperLive } from "./Ledger/Sweeper.js"
 import { Metrics } from "./Observability/Metrics.js"
 import { TracingLive } from "./Observability/Tracing.js"
@@ -24,6 +25,7 @@ import { WorkerLive } from "./Predictions/Worker.js"
 import { RateLimits } from "./RateLimit/RateLimits.js"
 import { SqlLive } from "./Sql.js"
 import { DrainOnShutdownLive, ShutdownGate } from "./System/Shutdown.js"
+import { DeliverySweeperLive, WebhookDeliveries } from "./Webhooks/Deliveries.js"
 import { DispatcherLive } from "./Webhooks/Dispatcher.js"
 import { Webhooks } from "./Webhooks/Webhooks.js"
 
@@ -32,10 +34,12 @@ export const ServicesLive = Layer.mergeAll(
   Auth.Default,
   Ledger.Default,
   CreditHistory.Default,
+  Usage.Default,
   Idempotency.Default,
   Accounts.Default,
   HookCatalog.Default,
   Webhooks.Default,
+  WebhookDeliveries.Default,
   RateLimits.Default,
   Metrics.Default,
   BlobStore.Default,
@@ -46,7 +50,7 @@ export const ServicesLive = Layer.mergeAll(
 )
 
 /** Fibers in the back yard: sweepers, workers, dispatchers. */
-export const BackgroundLive = Layer.mergeAll(LedgerSweeperLive, IdempotencySweeperLive, DispatcherLive, WorkerLive, PredictionsSweeperLive)
+export const BackgroundLive = Layer.mergeAll(LedgerSweeperLive, IdempotencySweeperLive, DispatcherLive, DeliverySweeperLive, WorkerLive, PredictionsSweeperLive)
 
 /** Bun's own body limit sits above the largest upload; each route enforces its own limit. */
 const maxRequestBodySize = 300 * 1024 * 1024

@@ -4,11 +4,13 @@ import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
 import { CreditHistory } from "./History.js"
 import { Ledger } from "./Ledger.js"
+import { Usage } from "./Usage.js"
 
 export const WalletHandlers = HttpApiBuilder.group(HooklineApi, "wallet", (handlers) =>
   Effect.gen(function*() {
     const ledger = yield* Ledger
     const history = yield* CreditHistory
+    const usage = yield* Usage
     return handlers
       .handle("get", () => Effect.flatMap(CurrentCaller, (caller) => ledger.wallet(caller.accountId)))
       .handle("transactions", ({ urlParams }) =>
@@ -17,5 +19,8 @@ export const WalletHandlers = HttpApiBuilder.group(HooklineApi, "wallet", (handl
           ledger.wallet(caller.accountId).pipe(
             Effect.zipRight(history.list(caller.accountId, urlParams, "wallet.transactions"))
           )))
+      .handle("usage", ({ urlParams }) =>
+        Effect.flatMap(CurrentCaller, (caller) =>
+          ledger.wallet(caller.accountId).pipe(Effect.zipRight(usage.summarise(caller.accountId, urlParams)))))
   })
 )

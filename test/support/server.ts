@@ -171,6 +171,31 @@ export interface WebhookBody {
   readonly object: "webhook"
   readonly url: string | null
   readonly configured: boolean
+  readonly events: ReadonlyArray<string>
+  readonly disabled_reason: "gone" | "failing" | null
+  readonly disabled_at: string | null
+}
+
+/** One row of the delivery log (/v1/webhooks/deliveries). */
+export interface WebhookDeliveryBody {
+  readonly object: "webhook_delivery"
+  readonly id: string
+  readonly event_id: string
+  readonly event_type: string
+  readonly status: "pending" | "delivered" | "failed"
+  readonly attempts: number
+  readonly last_status_code: number | null
+  readonly last_error: string | null
+  readonly next_attempt_at: string | null
+  readonly created_at: string
+  readonly completed_at: string | null
+}
+
+export interface WebhookDeliveryPage {
+  readonly object: "list"
+  readonly data: ReadonlyArray<WebhookDeliveryBody>
+  readonly has_more: boolean
+  readonly next_cursor: string | null
 }
 
 /** The webhook with a newly issued secret: the first PUT /v1/webhooks and POST /v1/webhooks/rotate. */
