@@ -14,6 +14,7 @@ import { Idempotency, IdempotencySweeperLive } from "./Idempotency/Idempotency.j
 import { CreditHistory } from "./Ledger/History.js"
 import { Ledger } from "./Ledger/Ledger.js"
 import { Usage } from "./Ledger/Usage.js"
+import { WalletAlerts } from "./Ledger/Alerts.js"
 import { LedgerSweeperLive } from "./Ledger/Sweeper.js"
 import { Metrics } from "./Observability/Metrics.js"
 import { TracingLive } from "./Observability/Tracing.js"
@@ -35,6 +36,7 @@ export const ServicesLive = Layer.mergeAll(
   Ledger.Default,
   CreditHistory.Default,
   Usage.Default,
+  WalletAlerts.Default,
   Idempotency.Default,
   Accounts.Default,
   HookCatalog.Default,

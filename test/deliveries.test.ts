@@ -1,5 +1,5 @@
 /** Issue 16, webhooks: event selection, the delivery log with retry, endpoint health. */
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
+import { beforeAll, describe, expect, test } from "bun:test"
 import { FetchHttpClient } from "@effect/platform"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
@@ -8,7 +8,7 @@ import { makeHooklineClient } from "../src/client.js"
 import type { Prediction } from "../src/Predictions/Api.js"
 import { type PredictionEventType, Webhooks } from "../src/Webhooks/Webhooks.js"
 import { expectEnvelope } from "./support/envelope.js"
-import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
+import { eventually } from "./support/receiver.js"
 import { servicesRuntime } from "./support/runtime.js"
 import {
   type ErrorBody,
@@ -20,6 +20,7 @@ import {
   type WebhookDeliveryPage,
   type WebhookSecretBody
 } from "./support/server.js"
+import { type WebhookFixture, webhookFixture } from "./support/webhookFixture.js"
 
 const env: Record<string, string> = {
   WEBHOOK_ALLOW_PRIVATE: "true",
@@ -43,14 +44,14 @@ const prediction = (): Prediction => ({
   error: null
 })
 
+const fixture = webhookFixture(env)
 let server: TestServer
-let runtime: ReturnType<typeof servicesRuntime>
-const receivers: Array<Receiver> = []
-const receiver = () => {
-  const started = startReceiver()
-  receivers.push(started)
-  return started
-}
+let runtime: WebhookFixture["runtime"]
+const receiver = fixture.receiver
+beforeAll(() => {
+  server = fixture.server
+  runtime = fixture.runtime
+})
 
 /** Writes an event into the outbox as the predictions room does; the delivery id, or null when not recorded. */
 const enqueue = (accountId: string, type: PredictionEventType = "prediction.succeeded", on = runtime) =>
@@ -75,17 +76,6 @@ const finished = (key: string, id: string) =>
     return body.status !== "pending" ? body : undefined
   })
 
-beforeAll(async () => {
-  server = await startTestServer(env)
-  runtime = servicesRuntime(server.databaseUrl, { ...env, DATA_DIR: server.dataDir })
-})
-afterAll(async () => {
-  await runtime.dispose()
-  await server.close()
-})
-afterEach(async () => {
-  await Promise.all(receivers.splice(0).map((r) => r.stop()))
-})
 
 describe("event selection", () => {
   test("a webhook receives only the events it selected; a later PUT without events keeps the selection", async () => {

@@ -120,6 +120,22 @@ export const usageDescription =
   "per operation, computed from the credit journal: `totals.net` is the balance change over the range. A request's " +
   "charge counts when reserved and its unused credits when given back. Bad or reversed dates, or a longer range, are 422."
 
+export const WalletAlert = Schema.Struct({
+  object: Schema.Literal("wallet_alert"),
+  threshold: Schema.NullOr(Schema.Int).annotations({ description: "Credits (monthly + top-up); null: no alert." }),
+  armed: Schema.Boolean.annotations({
+    description: "True when the next crossing below the threshold sends wallet.low_balance; a crossing disarms it, a grant " +
+      "or a new period that brings the balance back to the threshold re-arms it."
+  })
+}).annotations({ identifier: "WalletAlert" })
+export type WalletAlert = typeof WalletAlert.Type
+
+export const SetWalletAlert = Schema.Struct({
+  threshold: Schema.Int.pipe(
+    Schema.between(1, 1_000_000_000, { message: () => "must be an integer from 1 to 1,000,000,000" })
+  )
+}).annotations({ ...strict, identifier: "SetWalletAlert" })
+
 export class WalletApi extends HttpApiGroup.make("wallet")
   .add(
     HttpApiEndpoint.get("get", "/wallet")
@@ -144,6 +160,33 @@ export class WalletApi extends HttpApiGroup.make("wallet")
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "Summarise credit usage")
       .annotate(OpenApi.Description, `${usageDescription} Costs 0. Any valid key. Stays available after plan loss.`)
+  )
+  .add(
+    HttpApiEndpoint.get("alert", "/wallet/alert")
+      .addSuccess(WalletAlert)
+      .annotate(AccessRule, needs(null, true))
+      .annotate(OpenApi.Summary, "Get the low-balance alert")
+      .annotate(OpenApi.Description, "Costs 0. Any valid key. Stays available after plan loss.")
+  )
+  .add(
+    HttpApiEndpoint.put("setAlert", "/wallet/alert")
+      .setPayload(SetWalletAlert)
+      .addSuccess(WalletAlert)
+      .annotate(AccessRule, needs(null))
+      .annotate(OpenApi.Summary, "Set the low-balance alert")
+      .annotate(
+        OpenApi.Description,
+        "When the total balance (monthly + top-up) goes below `threshold`, the webhook receives one signed " +
+          "wallet.low_balance event, written in the same transaction as the debit that crossed it. Armed at once when the " +
+          "balance is at or above the threshold. Costs 0. Any valid key."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("clearAlert", "/wallet/alert")
+      .addSuccess(WalletAlert)
+      .annotate(AccessRule, needs(null))
+      .annotate(OpenApi.Summary, "Remove the low-balance alert")
+      .annotate(OpenApi.Description, "Costs 0. Any valid key. wallet.depleted events are not affected.")
   )
   .middleware(Authentication)
   .prefix("/v1")
