@@ -16,7 +16,7 @@ import { Config, Duration, Effect, Schema } from "effect"
 import { ValidationFailed } from "../Errors.js"
 import { orDieOnDb } from "../Sql.js"
 import { toTimestamp } from "../Schemas.js"
-import type { UsageParams, UsageRow, UsageSummary } from "./Api.js"
+import type { UsageGroupBy, UsageParams, UsageRow, UsageSummary } from "./Api.js"
 
 export const UsageConfig = Config.all({
   maxRangeDays: Config.integer("USAGE_MAX_RANGE_DAYS").pipe(
@@ -41,6 +41,25 @@ export class Usage extends Effect.Service<Usage>()("hookline/Usage", {
     const sql = yield* SqlClient.SqlClient
     const config = yield* UsageConfig
 
+    /** The one query behind a summary (bench/usage.ts explains it as it is). */
+    const statement = (accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) => {
+      const key = groupBy === "day"
+        ? sql`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')`
+        : sql`CASE operation WHEN 'hook' THEN 'get' WHEN 'prediction' THEN 'predict' ELSE COALESCE(operation, 'other') END`
+      return sql`
+        SELECT ${key} AS key,
+               COALESCE(-sum(amount) FILTER (WHERE entry_type = 'reserve'
+                 OR (entry_type = 'release' AND operation IS DISTINCT FROM 'prediction')), 0) AS spent,
+               COALESCE(sum(amount) FILTER (WHERE entry_type = 'release' AND operation = 'prediction'), 0) AS refunded,
+               COALESCE(sum(amount) FILTER (WHERE entry_type = 'grant'), 0) AS granted,
+               COALESCE(-sum(amount) FILTER (WHERE entry_type = 'expire'), 0) AS expired,
+               sum(amount) AS net
+          FROM credit_journal
+         WHERE account_id = ${accountId} AND created_at >= ${from} AND created_at < ${to}
+         GROUP BY 1
+         ORDER BY 1`
+    }
+
     const summarise = (accountId: string, params: UsageParams) =>
       Effect.gen(function*() {
         const to = params.to ?? new Date()
@@ -52,21 +71,10 @@ export class Usage extends Effect.Service<Usage>()("hookline/Usage", {
         if (to.getTime() - from.getTime() > Duration.toMillis(Duration.days(config.maxRangeDays))) {
           return yield* new ValidationFailed({ message: `to: the range is at most ${config.maxRangeDays} days.` })
         }
-        const key = groupBy === "day"
-          ? sql`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')`
-          : sql`CASE operation WHEN 'hook' THEN 'get' WHEN 'prediction' THEN 'predict' ELSE COALESCE(operation, 'other') END`
-        const rows = yield* sql`
-          SELECT ${key} AS key,
-                 COALESCE(-sum(amount) FILTER (WHERE entry_type = 'reserve'
-                   OR (entry_type = 'release' AND operation IS DISTINCT FROM 'prediction')), 0) AS spent,
-                 COALESCE(sum(amount) FILTER (WHERE entry_type = 'release' AND operation = 'prediction'), 0) AS refunded,
-                 COALESCE(sum(amount) FILTER (WHERE entry_type = 'grant'), 0) AS granted,
-                 COALESCE(-sum(amount) FILTER (WHERE entry_type = 'expire'), 0) AS expired,
-                 sum(amount) AS net
-            FROM credit_journal
-           WHERE account_id = ${accountId} AND created_at >= ${from} AND created_at < ${to}
-           GROUP BY 1
-           ORDER BY 1`.pipe(Effect.flatMap(Schema.decodeUnknown(Schema.Array(Row))), orDieOnDb)
+        const rows = yield* statement(accountId, from, to, groupBy).pipe(
+          Effect.flatMap(Schema.decodeUnknown(Schema.Array(Row))),
+          orDieOnDb
+        )
         const data: Array<UsageRow> = rows.map((row) => ({ ...row }))
         const sum = (pick: (row: UsageRow) => number) => data.reduce((total, row) => total + pick(row), 0)
         return {
@@ -85,6 +93,6 @@ export class Usage extends Effect.Service<Usage>()("hookline/Usage", {
         } satisfies UsageSummary
       }).pipe(Effect.withSpan("Usage.summarise", { attributes: { accountId } }))
 
-    return { summarise } as const
+    return { summarise, statement } as const
   })
 }) {}
