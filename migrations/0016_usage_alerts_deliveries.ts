@@ -28,6 +28,9 @@ export default Effect.gen(function*() {
 
     CREATE INDEX credit_journal_account_time ON credit_journal (account_id, created_at)
       INCLUDE (entry_type, operation, amount);
+    -- Tells the planner how few UTC days there are, so a per-day summary hashes its groups
+    -- instead of sorting every row of the range (15.6 s → 2.3 s for 1M rows, bench/README.md).
+    CREATE STATISTICS credit_journal_utc_day ON ((created_at AT TIME ZONE 'UTC')::date) FROM credit_journal;
 
     -- Alert state. Armed means: the last time we looked the total was at or above the threshold.
     ALTER TABLE wallets ADD COLUMN low_balance_threshold bigint CHECK (low_balance_threshold > 0);

@@ -43,11 +43,12 @@ export class Usage extends Effect.Service<Usage>()("hookline/Usage", {
 
     /** The one query behind a summary (bench/usage.ts explains it as it is). */
     const statement = (accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) => {
-      const key = groupBy === "day"
-        ? sql`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')`
+      // Grouped by the expression migration 0016 keeps statistics on (so the groups are hashed).
+      const group = groupBy === "day"
+        ? sql`(created_at AT TIME ZONE 'UTC')::date`
         : sql`CASE operation WHEN 'hook' THEN 'get' WHEN 'prediction' THEN 'predict' ELSE COALESCE(operation, 'other') END`
       return sql`
-        SELECT ${key} AS key,
+        SELECT ${groupBy === "day" ? sql`to_char(${group}, 'YYYY-MM-DD')` : group} AS key,
                COALESCE(-sum(amount) FILTER (WHERE entry_type = 'reserve'
                  OR (entry_type = 'release' AND operation IS DISTINCT FROM 'prediction')), 0) AS spent,
                COALESCE(sum(amount) FILTER (WHERE entry_type = 'release' AND operation = 'prediction'), 0) AS refunded,
@@ -56,7 +57,7 @@ export class Usage extends Effect.Service<Usage>()("hookline/Usage", {
                sum(amount) AS net
           FROM credit_journal
          WHERE account_id = ${accountId} AND created_at >= ${from} AND created_at < ${to}
-         GROUP BY 1
+         GROUP BY ${group}
          ORDER BY 1`
     }
 
