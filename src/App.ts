@@ -12,6 +12,8 @@ import { HttpAppLive } from "./Http.js"
 import { Idempotency, IdempotencySweeperLive } from "./Idempotency/Idempotency.js"
 import { CreditHistory } from "./Ledger/History.js"
 import { Ledger } from "./Ledger/Ledger.js"
+import { Usage } from "./Ledger/Usage.js"
+import { WalletAlerts } from "./Ledger/Alerts.js"
 import { LedgerSweeperLive } from "./Ledger/Sweeper.js"
 import { Metrics } from "./Observability/Metrics.js"
 import { MetricsListenerLive } from "./Observability/MetricsEndpoint.js"
@@ -26,6 +28,7 @@ import { RateLimits } from "./RateLimit/RateLimits.js"
 import { SqlLive } from "./Sql.js"
 import * as Server from "./System/Server.js"
 import { DrainOnShutdownLive, type ShutdownGate } from "./System/Shutdown.js"
+import { DeliverySweeperLive, WebhookDeliveries } from "./Webhooks/Deliveries.js"
 import { DispatcherLive } from "./Webhooks/Dispatcher.js"
 import { Webhooks } from "./Webhooks/Webhooks.js"
 
@@ -34,10 +37,13 @@ export const ServicesLive = Layer.mergeAll(
   Auth.Default,
   Ledger.Default,
   CreditHistory.Default,
+  Usage.Default,
+  WalletAlerts.Default,
   Idempotency.Default,
   Accounts.Default,
   HookCatalog.Default,
   Webhooks.Default,
+  WebhookDeliveries.Default,
   RateLimits.Default,
   Metrics.Default,
   BlobStore.Default,
@@ -54,6 +60,7 @@ export const BackgroundLive = Layer.mergeAll(
   LedgerSweeperLive,
   IdempotencySweeperLive,
   DispatcherLive,
+  DeliverySweeperLive,
   WorkerLive,
   PredictionsSweeperLive,
   MetricsListenerLive

@@ -66,3 +66,24 @@ export const readCursor = <A, I>(
       onNone: () => Effect.fail(invalidCursor),
       onSome: (value) => Effect.succeed(Option.some(value))
     })
+
+/**
+ * A keyset page from `rows` fetched with LIMIT limit + 1: the first `limit` rows as `data`, and
+ * when there was one more, a cursor for the position of the last row shown.
+ */
+export const keysetPage = <Row, Item>(
+  rows: ReadonlyArray<Row>,
+  limit: number,
+  toItem: (row: Row) => Item,
+  cursorAfter: (last: Row) => string
+) => {
+  const page = rows.slice(0, limit)
+  const last = page[page.length - 1]
+  const hasMore = rows.length > limit && last !== undefined
+  return {
+    object: "list" as const,
+    data: page.map(toItem),
+    has_more: hasMore,
+    next_cursor: hasMore ? cursorAfter(last) : null
+  }
+}

@@ -23,5 +23,11 @@ export const Cursor = Schema.String.annotations({
   description: "Opaque value from the previous page's next_cursor."
 })
 
+/** A page's `limit` query parameter: 1 to 100; 50 when absent. */
+export const PageLimit = Schema.NumberFromString.pipe(
+  Schema.int(),
+  Schema.between(1, 100, { message: () => "must be an integer from 1 to 100" })
+).annotations({ description: "Page size, 1 to 100; 50 when absent." })
+
 export const toTimestamp = (date: Date): string => date.toISOString()
 export const toNullableTimestamp = (date: Date | null): string | null => (date === null ? null : date.toISOString())

@@ -92,7 +92,8 @@ describe("accounts", () => {
       ["PUT", "/v1/webhooks"],
       ["DELETE", "/v1/webhooks"],
       ["POST", "/v1/webhooks/rotate"],
-      ["POST", "/v1/webhooks/test"]
+      ["POST", "/v1/webhooks/test"],
+      ["POST", "/v1/webhooks/deliveries/dlv_0123456789abcdef0123456789abcdef/retry"]
     ]) {
       expectEnvelope(await server.request(path, { method, key }), 403, "api_not_enabled")
     }
@@ -100,7 +101,9 @@ describe("accounts", () => {
     expect(wallet.status).toBe(200)
     expect(wallet.body).toEqual({ object: "wallet", monthly_balance: 0, monthly_period_end: null, topup_balance: 0 })
     expect((await server.request("/v1/webhooks", { key })).status).toBe(200)
+    expect((await server.request("/v1/webhooks/deliveries", { key })).status).toBe(200)
     expectEnvelope(await server.request("/v1/predict/pred_0123456789abcdef0123456789abcdef", { key }), 404, "not_found")
+    expectEnvelope(await server.request("/v1/webhooks/deliveries/dlv_0123456789abcdef0123456789abcdef", { key }), 404, "not_found")
   })
 
   test("access rules come before input validation: no access with a bad query is still 403", async () => {
@@ -141,7 +144,10 @@ describe("key scopes", () => {
     ["PUT", "/v1/webhooks", "webhooks:write"],
     ["DELETE", "/v1/webhooks", "webhooks:write"],
     ["POST", "/v1/webhooks/rotate", "webhooks:write"],
-    ["POST", "/v1/webhooks/test", "webhooks:write"]
+    ["POST", "/v1/webhooks/test", "webhooks:write"],
+    ["GET", "/v1/webhooks/deliveries", "webhooks:write"],
+    ["GET", "/v1/webhooks/deliveries/dlv_0123456789abcdef0123456789abcdef", "webhooks:write"],
+    ["POST", "/v1/webhooks/deliveries/dlv_0123456789abcdef0123456789abcdef/retry", "webhooks:write"]
   ]
 
   test.each(scoped)("%s %s needs %s", async (method, path, scope) => {

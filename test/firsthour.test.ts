@@ -128,7 +128,14 @@ describe("webhooks on a laptop", () => {
         "(a server run for local development allows http:// with WEBHOOK_ALLOW_INSECURE=true). Set another with PUT /v1/webhooks."
     )
     // The refused PUTs changed nothing.
-    expect((await strict.request<WebhookBody>("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url, configured: true })
+    expect((await strict.request<WebhookBody>("/v1/webhooks", { key })).body).toEqual({
+      object: "webhook",
+      url,
+      configured: true,
+      events: ["*"],
+      disabled_reason: null,
+      disabled_at: null
+    })
   })
 })
 

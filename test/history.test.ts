@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, Either, Option } from "effect"
 import { type Operation, Ledger } from "../src/Ledger/Ledger.js"
+import { expectEnvelope } from "./support/envelope.js"
 import { servicesRuntime } from "./support/runtime.js"
 import {
   type ErrorBody,
@@ -379,5 +380,122 @@ describe("the credit history", () => {
     const response = await server.admin("/admin/accounts/acct_00000000000000000000000000000000/transactions")
     expect(response.status).toBe(404)
     expect((response.body as ErrorBody).error.type).toBe("not_found")
+  })
+})
+
+interface UsageAmounts {
+  readonly spent: number
+  readonly refunded: number
+  readonly granted: number
+  readonly expired: number
+  readonly net: number
+}
+interface UsageBody {
+  readonly object: "usage_summary"
+  readonly from: string
+  readonly to: string
+  readonly group_by: "day" | "operation"
+  readonly data: ReadonlyArray<UsageAmounts & { readonly key: string }>
+  readonly totals: UsageAmounts
+}
+
+const usage = (key: string, query = "") => server.request<UsageBody>(`/v1/wallet/usage${query}`, { key })
+
+/** The journal's own sum over [from, to), the figure usage totals.net must equal. */
+const journalSum = async (accountId: string, from: string, to: string) => {
+  const { rows } = await server.db.query(
+    "SELECT COALESCE(sum(amount), 0) AS total FROM credit_journal WHERE account_id = $1 AND created_at >= $2 AND created_at < $3",
+    [accountId, from, to]
+  )
+  return Number(rows[0].total)
+}
+
+describe("usage summary", () => {
+  test("spent, refunded, granted and expired per operation and per UTC day add up to the journal", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 100, topup_balance: 50 })
+    await meteredRequest(accountId, "search", 2, 1)
+    await meteredRequest(accountId, "search", 2, 0)
+    await meteredRequest(accountId, "list", 2, 2)
+    await meteredRequest(accountId, "hook", 1, 1)
+    const failedPrediction = await reserve(accountId, 20, { operation: "prediction", requestId: requestId() })
+    await refund(failedPrediction.id)
+    const goodPrediction = await reserve(accountId, 20, { operation: "prediction", requestId: requestId() })
+    await settle(goodPrediction.id, 20)
+    await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 7 } })
+    // A pending hold counts as spent until it settles.
+    await reserve(accountId, 2, { operation: "search", requestId: requestId() })
+    // Yesterday's grant, and one from last year (outside every range asked below).
+    await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 3 } })
+    await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 11 } })
+    await server.db.query(
+      `UPDATE credit_journal SET created_at = created_at - interval '1 day'
+        WHERE seq = (SELECT max(seq) - 1 FROM credit_journal WHERE account_id = $1)`,
+      [accountId]
+    )
+    await server.db.query(
+      `UPDATE credit_journal SET created_at = created_at - interval '400 days'
+        WHERE seq = (SELECT max(seq) FROM credit_journal WHERE account_id = $1)`,
+      [accountId]
+    )
+
+    const byOperation = await usage(key, "?group_by=operation")
+    expect(byOperation.status).toBe(200)
+    const rows = Object.fromEntries(byOperation.body.data.map(({ key: operation, ...amounts }) => [operation, amounts]))
+    expect(rows).toEqual({
+      admin: { spent: 0, refunded: 0, granted: 160, expired: 0, net: 160 },
+      get: { spent: 1, refunded: 0, granted: 0, expired: 0, net: -1 },
+      list: { spent: 2, refunded: 0, granted: 0, expired: 0, net: -2 },
+      predict: { spent: 40, refunded: 20, granted: 0, expired: 0, net: -20 },
+      search: { spent: 3, refunded: 0, granted: 0, expired: 0, net: -3 }
+    })
+    expect(byOperation.body.totals).toEqual({ spent: 46, refunded: 20, granted: 160, expired: 0, net: 134 })
+    const { from, to } = byOperation.body
+    expect(byOperation.body.totals.net).toBe(await journalSum(accountId, from, to))
+
+    const byDay = await usage(key, `?from=${from}&to=${to}`)
+    expect(byDay.body.group_by).toBe("day")
+    const today = new Date().toISOString().slice(0, 10)
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10)
+    expect(byDay.body.data.map((row) => row.key)).toEqual([yesterday, today])
+    expect(byDay.body.data[0]).toMatchObject({ granted: 3, net: 3 })
+    expect(byDay.body.totals).toEqual(byOperation.body.totals)
+
+    // The whole journal, with last year's row, once ranges cover it.
+    const lastYear = await usage(key, `?from=${new Date(Date.now() - 401 * 86_400_000).toISOString()}&to=${new Date(Date.now() - 330 * 86_400_000).toISOString()}`)
+    expect(lastYear.body.totals).toEqual({ spent: 0, refunded: 0, granted: 11, expired: 0, net: 11 })
+    const state = await ledgerState(server.db, accountId)
+    expect(byOperation.body.totals.net + lastYear.body.totals.net).toBe(state.journalMonthly + state.journalTopup)
+  })
+
+  test("a new period's expiry and grant are counted under rollover", async () => {
+    const { accountId, key } = await server.account({ plan: "pro" })
+    await meteredRequest(accountId, "hook", 1, 1)
+    await server.db.query("UPDATE wallets SET monthly_period_end = now() - interval '1 second' WHERE account_id = $1", [accountId])
+    const response = await usage(key, "?group_by=operation")
+    const rollover = response.body.data.find((row) => row.key === "rollover")
+    expect(rollover).toEqual({ key: "rollover", spent: 0, refunded: 0, granted: 1000, expired: 999, net: 1 })
+    expect(response.body.totals.net).toBe(await journalSum(accountId, response.body.from, response.body.to))
+  })
+
+  test("a bad range, date or grouping is 422 and a missing key 401; it stays open after plan loss, and in the admin API", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", scopes: [] })
+    for (const query of [
+      "?from=2026-11-20&to=2026-11-10",
+      "?from=2026-11-20&to=2026-11-20",
+      "?from=2026-01-01&to=2026-11-01",
+      "?from=yesterday",
+      "?group_by=week",
+      "?group_by=day&extra=1"
+    ]) {
+      expectEnvelope(await usage(key, query), 422, "validation_error")
+    }
+    expectEnvelope(await server.request("/v1/wallet/usage"), 401, "invalid_api_key")
+    await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { plan: "free" } })
+    const open = await usage(key, "?group_by=operation")
+    expect(open.status).toBe(200)
+    expect(open.body.data.map((row) => row.key)).toEqual(["admin", "rollover"])
+    const admin = await server.admin<UsageBody>(`/admin/accounts/${accountId}/usage?group_by=operation`)
+    expect(admin.body.totals).toEqual(open.body.totals)
+    expectEnvelope(await server.admin("/admin/accounts/acct_00000000000000000000000000000000/usage"), 404, "not_found")
   })
 })

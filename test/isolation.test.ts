@@ -86,7 +86,7 @@ describe("another account's key", () => {
     expect(own.body.upload_url).not.toBe(waiting.uploadUrl)
 
     // Webhooks: the intruder sees and changes only its own.
-    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: null, configured: false })
+    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null })
     expectEnvelope(await server.request("/v1/webhooks/rotate", { method: "POST", key }), 422, "validation_error")
     expectEnvelope(await server.request("/v1/webhooks/test", { method: "POST", key }), 422, "validation_error")
     expect((await server.request<WebhookBody>("/v1/webhooks", { method: "DELETE", key })).body.configured).toBe(false)
@@ -112,7 +112,7 @@ describe("another account's key", () => {
     expect(await ownerState()).toEqual(before)
     expect(await ledgerState(server.db, intruder.accountId)).toEqual(intruderBefore)
     // The owner's webhook still answers for the owner, with the secret it had.
-    expect((await server.request("/v1/webhooks", { key: owner.key })).body).toEqual({ object: "webhook", url: receiver.url, configured: true })
+    expect((await server.request("/v1/webhooks", { key: owner.key })).body).toEqual({ object: "webhook", url: receiver.url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null })
   })
 
   test("a prediction is private to the key that created it, even within its account", async () => {

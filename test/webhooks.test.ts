@@ -16,7 +16,7 @@ import { DispatcherLive } from "../src/Webhooks/Dispatcher.js"
 import { makeSecretBox } from "../src/Webhooks/SecretBox.js"
 import { sign } from "../src/Webhooks/Signing.js"
 import { checkUrlShape, refusedRange } from "../src/Webhooks/UrlPolicy.js"
-import { type EventType, Webhooks } from "../src/Webhooks/Webhooks.js"
+import { type PredictionEventType, Webhooks } from "../src/Webhooks/Webhooks.js"
 import { ffmpegPath } from "./support/clips.js"
 import { closedPortUrl, eventually, type ReceivedRequest, type Receiver, startReceiver } from "./support/receiver.js"
 import { servicesRuntime } from "./support/runtime.js"
@@ -76,7 +76,7 @@ const verifies = (secret: string, request: ReceivedRequest, body = request.body)
 const outbox = (server: TestServer) => {
   const runtime = servicesRuntime(server.databaseUrl, { ...env, DATA_DIR: server.dataDir })
   return {
-    enqueue: (accountId: string, type: EventType = "prediction.succeeded", data: Prediction = prediction()) =>
+    enqueue: (accountId: string, type: PredictionEventType = "prediction.succeeded", data: Prediction = prediction()) =>
       runtime.runPromise(Effect.flatMap(Webhooks, (webhooks) => webhooks.enqueueEvent(accountId, type, data))),
     /** Enqueues inside a transaction that then rolls back. */
     enqueueAndRollBack: (accountId: string) =>
@@ -150,7 +150,7 @@ describe("the webhook resource", () => {
     const { key } = await server.account()
     const response = await server.request("/v1/webhooks", { key })
     expect(response.status).toBe(200)
-    expect(response.body).toEqual({ object: "webhook", url: null, configured: false })
+    expect(response.body).toEqual({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null })
   })
 
   test("the first PUT creates the webhook and returns its secret, once; the database holds it encrypted", async () => {
@@ -158,12 +158,12 @@ describe("the webhook resource", () => {
     const url = "http://127.0.0.1:9/first"
     const created = await server.request<WebhookSecretBody>("/v1/webhooks", { method: "PUT", key, body: { url } })
     expect(created.status).toBe(200)
-    expect(created.body).toEqual({ object: "webhook", url, configured: true, secret: expect.any(String) })
+    expect(created.body).toEqual({ object: "webhook", url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null, secret: expect.any(String) })
     const secret: string = created.body.secret
     expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/)
     expect(Buffer.from(secret.slice("whsec_".length), "base64")).toHaveLength(32)
 
-    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url, configured: true })
+    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null })
 
     const { rows } = await server.db.query("SELECT * FROM webhooks WHERE account_id = $1", [accountId])
     const dump = JSON.stringify(rows)
@@ -177,7 +177,7 @@ describe("the webhook resource", () => {
     const { key, secret } = await withWebhook("http://127.0.0.1:9/old")
     const updated = await server.request<WebhookBody>("/v1/webhooks", { method: "PUT", key, body: { url: target.url } })
     expect(updated.status).toBe(200)
-    expect(updated.body).toEqual({ object: "webhook", url: target.url, configured: true })
+    expect(updated.body).toEqual({ object: "webhook", url: target.url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null })
     expect("secret" in updated.body).toBe(false)
 
     const sent = await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })
@@ -192,8 +192,8 @@ describe("the webhook resource", () => {
 
     const deleted = await server.request("/v1/webhooks", { method: "DELETE", key })
     expect(deleted.status).toBe(200)
-    expect(deleted.body).toEqual({ object: "webhook", url: target.url, configured: false })
-    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: target.url, configured: false })
+    expect(deleted.body).toEqual({ object: "webhook", url: target.url, configured: false, events: ["*"], disabled_reason: null, disabled_at: null })
+    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: target.url, configured: false, events: ["*"], disabled_reason: null, disabled_at: null })
     const after = (await server.db.query("SELECT secret_ciphertext FROM webhooks WHERE account_id = $1", [accountId])).rows[0]
     expect(after).toEqual(before)
 
@@ -201,7 +201,7 @@ describe("the webhook resource", () => {
     expect(await events.enqueue(accountId)).toBeNull()
 
     const again = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: target.url } })
-    expect(again.body).toEqual({ object: "webhook", url: target.url, configured: true })
+    expect(again.body).toEqual({ object: "webhook", url: target.url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null })
     expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
     expect(verifies(secret, target.requests[0])).toBe(true)
   })
@@ -210,7 +210,7 @@ describe("the webhook resource", () => {
     const { key } = await server.account()
     const deleted = await server.request("/v1/webhooks", { method: "DELETE", key })
     expect(deleted.status).toBe(200)
-    expect(deleted.body).toEqual({ object: "webhook", url: null, configured: false })
+    expect(deleted.body).toEqual({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null })
     const rotated = await server.request("/v1/webhooks/rotate", { method: "POST", key })
     expectEnvelope(rotated, 422, "validation_error")
     const sent = await server.request("/v1/webhooks/test", { method: "POST", key })
@@ -223,11 +223,11 @@ describe("the webhook resource", () => {
     const { accountId, key, secret: oldSecret } = await withWebhook(target.url)
     const rotated = await server.request<WebhookSecretBody>("/v1/webhooks/rotate", { method: "POST", key, body: { ignored: true } })
     expect(rotated.status).toBe(200)
-    expect(rotated.body).toEqual({ object: "webhook", url: target.url, configured: true, secret: expect.any(String) })
+    expect(rotated.body).toEqual({ object: "webhook", url: target.url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null, secret: expect.any(String) })
     const newSecret: string = rotated.body.secret
     expect(newSecret).toMatch(/^whsec_/)
     expect(newSecret).not.toBe(oldSecret)
-    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: target.url, configured: true })
+    expect((await server.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: target.url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null })
 
     const { rows } = await server.db.query(
       "SELECT EXTRACT(EPOCH FROM previous_secret_expires_at - now()) AS seconds_left FROM webhooks WHERE account_id = $1",
@@ -307,7 +307,7 @@ describe("the webhook resource", () => {
     expect(patched.status).toBe(200)
     const got = await server.request("/v1/webhooks", { key })
     expect(got.status).toBe(200)
-    expect(got.body).toEqual({ object: "webhook", url: target.url, configured: false })
+    expect(got.body).toEqual({ object: "webhook", url: target.url, configured: false, events: ["*"], disabled_reason: null, disabled_at: null })
     // The key lookup cache holds the old plan for at most AUTH_CACHE_TTL; wait for it on a route that changes nothing.
     await eventually("the plan loss seen by the key cache", async () =>
       (await server.request("/v1/hooks/categories", { key })).status === 403
@@ -641,7 +641,7 @@ describe("SSRF protection (private targets not allowed)", () => {
     expectEnvelope(response, 422, "validation_error")
     expect((response.body as ErrorBody).error.message).toMatch(/^url: /)
     expect((response.body as ErrorBody).error.message).toContain(`a ${range} address`)
-    expect((await strict.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: null, configured: false })
+    expect((await strict.request("/v1/webhooks", { key })).body).toEqual({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null })
   })
 
   test("a host name that resolves to loopback (localhost) → 422", async () => {

@@ -5,7 +5,16 @@ import { Plan, Scope } from "../Auth/Api.js"
 import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire, RateLimitExceededWire } from "../Errors.js"
 import { HookCategoryList } from "../Hooks/Api.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
-import { CreditTransactionList, maxBalance, TransactionParams, transactionsDescription, Wallet } from "../Ledger/Api.js"
+import {
+  CreditTransactionList,
+  maxBalance,
+  TransactionParams,
+  transactionsDescription,
+  usageDescription,
+  UsageParams,
+  UsageSummary,
+  Wallet
+} from "../Ledger/Api.js"
 import { Bucket } from "../Ledger/Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
 
@@ -166,6 +175,13 @@ export class AdminApi extends HttpApiGroup.make("admin")
       .addError(InvalidCursorWire)
       .annotate(OpenApi.Summary, "List an account's credit transactions")
       .annotate(OpenApi.Description, transactionsDescription)
+  )
+  .add(
+    HttpApiEndpoint.get("accountUsage")`/accounts/${accountIdParam}/usage`
+      .setUrlParams(UsageParams)
+      .addSuccess(UsageSummary)
+      .annotate(OpenApi.Summary, "Summarise an account's credit usage")
+      .annotate(OpenApi.Description, usageDescription)
   )
   .add(
     HttpApiEndpoint.put("putCategories", "/catalog/categories")

@@ -22,6 +22,7 @@ import { demoCategories, demoHook } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
 import { databaseInUse, missingDataDir } from "./Target.js"
 import type { Plan, Scope } from "../Auth/Api.js"
+import { usageCommand, usageHelp, usageOptions } from "./UsageCli.js"
 
 const usage = `Usage: npm run admin -- <command>
   migrate
@@ -32,6 +33,7 @@ const usage = `Usage: npm run admin -- <command>
   keys revoke <key_id>
   credits grant <account_id> --bucket monthly|topup --amount N [--reason R] [--reference R]
   transactions <account_id> [--limit N] [--cursor C]
+${usageHelp}
   (every POST also takes --idempotency-key K)
   catalog categories <file.json>        (a JSON array of { slug, name })
   catalog import <file.json|file.ndjson>
@@ -63,6 +65,7 @@ const cliOptions = {
   limit: { type: "string" },
   cursor: { type: "string" },
   count: { type: "string" },
+  ...usageOptions,
   help: { type: "boolean", short: "h" }
 } as const
 
@@ -136,6 +139,7 @@ const command = Effect.gen(function*() {
       urlParams: { limit: int("limit", values.limit), cursor: values.cursor }
     })
   }
+  if (group === "usage") return yield* usageCommand(client, arg(1, "account id"), values)
   switch (`${group} ${action}`) {
     case "accounts create":
       return yield* client.admin.createAccount({

@@ -11,6 +11,7 @@ import { CreditHistory } from "../Ledger/History.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { sameSecret } from "../Ids.js"
+import { Usage } from "../Ledger/Usage.js"
 import { Accounts } from "./Accounts.js"
 import { AdminAuthentication } from "./Api.js"
 
@@ -43,6 +44,7 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
     const ledger = yield* Ledger
     const catalog = yield* HookCatalog
     const history = yield* CreditHistory
+    const usage = yield* Usage
     return handlers
       .handle("createAccount", ({ payload }) => idempotent(accounts.create(payload), payload))
       .handle("getAccount", ({ path }) => accounts.get(path.id))
@@ -73,6 +75,8 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
       .handle("listTransactions", ({ path, urlParams }) =>
         // Reading the account (and its wallet) applies a rollover that is due, so it is listed.
         accounts.get(path.id).pipe(Effect.zipRight(history.list(path.id, urlParams, "admin.transactions"))))
+      .handle("accountUsage", ({ path, urlParams }) =>
+        accounts.get(path.id).pipe(Effect.zipRight(usage.summarise(path.id, urlParams))))
       .handle("putCategories", ({ payload }) => catalog.putCategories(payload))
       .handle("importHooks", () => importHooksFromRequest)
   })

@@ -3,7 +3,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
-import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
+import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
 import { Bucket } from "./Domain.js"
 
 /**
@@ -60,7 +60,7 @@ export const CreditTransactionList = ListOf(CreditTransaction, "CreditTransactio
 export type CreditTransactionList = typeof CreditTransactionList.Type
 
 /** A date (`2026-11-22`, midnight UTC) or a date-time with Z or an offset. */
-const TimestampInput = Schema.compose(
+export const TimestampInput = Schema.compose(
   Schema.String.pipe(
     Schema.pattern(/^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/, {
       message: () => "must be an ISO 8601 date or date-time with Z or an offset, e.g. 2026-11-22T14:28:55.123Z"
@@ -70,12 +70,7 @@ const TimestampInput = Schema.compose(
 )
 
 export const TransactionParams = Schema.Struct({
-  limit: Schema.optional(
-    Schema.NumberFromString.pipe(
-      Schema.int(),
-      Schema.between(1, 100, { message: () => "must be an integer from 1 to 100" })
-    ).annotations({ description: "Page size, 1 to 100; 50 when absent." })
-  ),
+  limit: Schema.optional(PageLimit),
   cursor: Schema.optional(Cursor),
   type: Schema.optional(TransactionType.annotations({ description: "Only transactions of this type." })),
   "created[gte]": Schema.optional(
@@ -95,6 +90,63 @@ export const transactionsDescription =
   "Keyset pages: `limit` 1 to 100 (default 50), `cursor` from next_cursor with the same filters; new transactions " +
   "never shift a page. Filters: `type`, `created[gte]`, `created[lte]`."
 
+export const UsageGroupBy = Schema.Literal("day", "operation")
+export type UsageGroupBy = typeof UsageGroupBy.Type
+
+export const UsageParams = Schema.Struct({
+  from: Schema.optional(TimestampInput.annotations({ description: "Start of the range (inclusive); 30 days before `to` when absent." })),
+  to: Schema.optional(TimestampInput.annotations({ description: "End of the range (exclusive); now when absent." })),
+  group_by: Schema.optional(UsageGroupBy.annotations({ description: "`day` (UTC, the default) or `operation`." }))
+}).annotations(strict)
+export type UsageParams = typeof UsageParams.Type
+
+const usageAmounts = {
+  spent: Schema.Int.annotations({ description: "Credits requests took, net of a hold's unused credits given back." }),
+  refunded: Schema.Int.annotations({ description: "Credits given back for failed predictions." }),
+  granted: Schema.Int.annotations({ description: "Credits added: billing and admin grants, monthly grants." }),
+  expired: Schema.Int.annotations({ description: "Unused monthly credits lost at a new period." }),
+  net: Schema.Int.annotations({ description: "The balance change: granted - spent + refunded - expired (the journal's sum)." })
+}
+
+export const UsageRow = Schema.Struct({
+  key: Schema.String.annotations({
+    description: "The UTC day (`2026-11-22`) or the operation: search, list, get, predict, admin (grants), rollover (new periods)."
+  }),
+  ...usageAmounts
+}).annotations({ identifier: "UsageRow" })
+export type UsageRow = typeof UsageRow.Type
+
+export const UsageSummary = Schema.Struct({
+  object: Schema.Literal("usage_summary"),
+  from: Timestamp,
+  to: Timestamp,
+  group_by: UsageGroupBy,
+  data: Schema.Array(UsageRow).annotations({ description: "Groups with any change, in key order; days without one are left out." }),
+  totals: Schema.Struct(usageAmounts)
+}).annotations({ identifier: "UsageSummary" })
+export type UsageSummary = typeof UsageSummary.Type
+
+export const usageDescription =
+  "Credits spent, refunded, granted and expired over a range (at most USAGE_MAX_RANGE_DAYS, 93 days), per UTC day or " +
+  "per operation, computed from the credit journal: `totals.net` is the balance change over the range. A request's " +
+  "charge counts when reserved and its unused credits when given back. Bad or reversed dates, or a longer range, are 422."
+
+export const WalletAlert = Schema.Struct({
+  object: Schema.Literal("wallet_alert"),
+  threshold: Schema.NullOr(Schema.Int).annotations({ description: "Credits (monthly + top-up); null: no alert." }),
+  armed: Schema.Boolean.annotations({
+    description: "True when the next crossing below the threshold sends wallet.low_balance; a crossing disarms it, a grant " +
+      "or a new period that brings the balance back to the threshold re-arms it."
+  })
+}).annotations({ identifier: "WalletAlert" })
+export type WalletAlert = typeof WalletAlert.Type
+
+export const SetWalletAlert = Schema.Struct({
+  threshold: Schema.Int.pipe(
+    Schema.between(1, 1_000_000_000, { message: () => "must be an integer from 1 to 1,000,000,000" })
+  )
+}).annotations({ ...strict, identifier: "SetWalletAlert" })
+
 export class WalletApi extends HttpApiGroup.make("wallet")
   .add(
     HttpApiEndpoint.get("get", "/wallet")
@@ -111,6 +163,41 @@ export class WalletApi extends HttpApiGroup.make("wallet")
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "List credit transactions")
       .annotate(OpenApi.Description, `${transactionsDescription} Costs 0. Any valid key. Stays available after plan loss.`)
+  )
+  .add(
+    HttpApiEndpoint.get("usage", "/wallet/usage")
+      .setUrlParams(UsageParams)
+      .addSuccess(UsageSummary)
+      .annotate(AccessRule, needs(null, true))
+      .annotate(OpenApi.Summary, "Summarise credit usage")
+      .annotate(OpenApi.Description, `${usageDescription} Costs 0. Any valid key. Stays available after plan loss.`)
+  )
+  .add(
+    HttpApiEndpoint.get("alert", "/wallet/alert")
+      .addSuccess(WalletAlert)
+      .annotate(AccessRule, needs(null, true))
+      .annotate(OpenApi.Summary, "Get the low-balance alert")
+      .annotate(OpenApi.Description, "Costs 0. Any valid key. Stays available after plan loss.")
+  )
+  .add(
+    HttpApiEndpoint.put("setAlert", "/wallet/alert")
+      .setPayload(SetWalletAlert)
+      .addSuccess(WalletAlert)
+      .annotate(AccessRule, needs(null))
+      .annotate(OpenApi.Summary, "Set the low-balance alert")
+      .annotate(
+        OpenApi.Description,
+        "When the total balance (monthly + top-up) goes below `threshold`, the webhook receives one signed " +
+          "wallet.low_balance event, written in the same transaction as the debit that crossed it. Armed at once when the " +
+          "balance is at or above the threshold. Costs 0. Any valid key."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("clearAlert", "/wallet/alert")
+      .addSuccess(WalletAlert)
+      .annotate(AccessRule, needs(null))
+      .annotate(OpenApi.Summary, "Remove the low-balance alert")
+      .annotate(OpenApi.Description, "Costs 0. Any valid key. wallet.depleted events are not affected.")
   )
   .middleware(Authentication)
   .prefix("/v1")

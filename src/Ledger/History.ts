@@ -20,7 +20,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { Secrets } from "../Config.js"
-import { readCursor, signCursor } from "../Cursor.js"
+import { keysetPage, readCursor, signCursor } from "../Cursor.js"
 import { orDieOnDb } from "../Sql.js"
 import { toTimestamp } from "../Schemas.js"
 import {
@@ -121,15 +121,12 @@ export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/Cre
            LIMIT ${limit + 1}
         `.pipe(Effect.flatMap(Schema.decodeUnknown(Schema.Array(HistoryRow))))
 
-        const page = rows.slice(0, limit)
-        const last = page[page.length - 1]
-        const hasMore = rows.length > limit && last !== undefined
-        return {
-          object: "list",
-          data: page.map(toTransaction),
-          has_more: hasMore,
-          next_cursor: hasMore ? signCursor(cursorSecret, binding, { seq: last.pos, ord: last.ord }) : null
-        } satisfies CreditTransactionList
+        return keysetPage(
+          rows,
+          limit,
+          toTransaction,
+          (last) => signCursor(cursorSecret, binding, { seq: last.pos, ord: last.ord })
+        ) satisfies CreditTransactionList
       }).pipe(orDieOnDb, Effect.withSpan("CreditHistory.list", { attributes: { accountId } }))
 
     return { list } as const

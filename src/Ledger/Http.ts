@@ -4,11 +4,15 @@ import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
 import { CreditHistory } from "./History.js"
 import { Ledger } from "./Ledger.js"
+import { Usage } from "./Usage.js"
+import { WalletAlerts } from "./Alerts.js"
 
 export const WalletHandlers = HttpApiBuilder.group(HooklineApi, "wallet", (handlers) =>
   Effect.gen(function*() {
     const ledger = yield* Ledger
     const history = yield* CreditHistory
+    const usage = yield* Usage
+    const alerts = yield* WalletAlerts
     return handlers
       .handle("get", () => Effect.flatMap(CurrentCaller, (caller) => ledger.wallet(caller.accountId)))
       .handle("transactions", ({ urlParams }) =>
@@ -17,5 +21,14 @@ export const WalletHandlers = HttpApiBuilder.group(HooklineApi, "wallet", (handl
           ledger.wallet(caller.accountId).pipe(
             Effect.zipRight(history.list(caller.accountId, urlParams, "wallet.transactions"))
           )))
+      .handle("usage", ({ urlParams }) =>
+        Effect.flatMap(CurrentCaller, (caller) =>
+          ledger.wallet(caller.accountId).pipe(Effect.zipRight(usage.summarise(caller.accountId, urlParams)))))
+      .handle("alert", () => Effect.flatMap(CurrentCaller, (caller) => alerts.get(caller.accountId)))
+      // Reading the wallet first applies a rollover that is due, so the threshold is judged against today's balance.
+      .handle("setAlert", ({ payload }) =>
+        Effect.flatMap(CurrentCaller, (caller) =>
+          ledger.wallet(caller.accountId).pipe(Effect.zipRight(alerts.set(caller.accountId, payload.threshold)))))
+      .handle("clearAlert", () => Effect.flatMap(CurrentCaller, (caller) => alerts.clear(caller.accountId)))
   })
 )

@@ -209,6 +209,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
         if (Option.isNone(row)) return yield* Effect.dieMessage(`No wallet for account ${accountId}`)
         const r = row.value
         if (r.monthly_balance === null || r.topup_balance === null) {
+          yield* sql`SELECT hookline_wallet_depleted(${accountId})` // the first refusal since a grant sends wallet.depleted
           return yield* new InsufficientCredits({
             message: `This request ${holdId === null ? "costs" : "reserves"} ${amount} credits and the wallet holds fewer.`
           })

@@ -1,14 +1,30 @@
 /** The account webhook contract (spec 2.9, 3.2, 4.11, 6). */
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
+import { InvalidCursorWire } from "../Errors.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
-import { strict } from "../Schemas.js"
+import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
+
+/** Every event type a webhook can receive. */
+export const EventType = Schema.Literal("prediction.succeeded", "prediction.failed", "wallet.low_balance", "wallet.depleted")
+export type EventType = typeof EventType.Type
+
+/** A webhook's event selection: event types, or "*" for all (also those added later). */
+export const EventSelection = Schema.Union(Schema.Literal("*"), EventType)
+
+export const DisabledReason = Schema.Literal("gone", "failing").annotations({
+  description: "Why Hookline disabled the webhook: `gone` (the endpoint answered 410 Gone) or `failing` (every " +
+    "delivery failed for WEBHOOK_DISABLE_AFTER, 5 days by default). Null when enabled or disabled by DELETE or plan loss."
+})
 
 export const Webhook = Schema.Struct({
   object: Schema.Literal("webhook"),
   url: Schema.NullOr(Schema.String),
-  configured: Schema.Boolean
+  configured: Schema.Boolean,
+  events: Schema.Array(EventSelection).annotations({ description: "The event types sent; [\"*\"]: all." }),
+  disabled_reason: Schema.NullOr(DisabledReason),
+  disabled_at: Schema.NullOr(Timestamp)
 }).annotations({ identifier: "Webhook" })
 export type Webhook = typeof Webhook.Type
 
@@ -26,7 +42,46 @@ export const WebhookTest = Schema.Struct({
 }).annotations({ identifier: "WebhookTest" })
 export type WebhookTest = typeof WebhookTest.Type
 
-export const SetWebhook = Schema.Struct({ url: Schema.String }).annotations({ ...strict, identifier: "SetWebhook" })
+export const SetWebhook = Schema.Struct({
+  url: Schema.String,
+  events: Schema.optional(
+    Schema.NonEmptyArray(EventSelection).annotations({
+      description: "Event types to receive, or [\"*\"] for all. Absent: all for a new webhook, unchanged otherwise."
+    })
+  )
+}).annotations({ ...strict, identifier: "SetWebhook" })
+
+export const DeliveryStatus = Schema.Literal("pending", "delivered", "failed")
+export type DeliveryStatus = typeof DeliveryStatus.Type
+
+export const WebhookDelivery = Schema.Struct({
+  object: Schema.Literal("webhook_delivery"),
+  id: Schema.String,
+  event_id: Schema.String.annotations({ description: "The event's id, sent as webhook-id on every attempt (receivers dedupe by it)." }),
+  event_type: EventType,
+  status: DeliveryStatus,
+  attempts: Schema.Int,
+  last_status_code: Schema.NullOr(Schema.Int).annotations({ description: "The receiver's last HTTP status; null when no answer came." }),
+  last_error: Schema.NullOr(Schema.String).annotations({
+    description: "Why the last attempt failed, in Hookline's words (status, timeout, connection, refused URL); never the receiver's body."
+  }),
+  next_attempt_at: Schema.NullOr(Timestamp).annotations({ description: "When a pending delivery is next attempted." }),
+  created_at: Timestamp,
+  completed_at: Schema.NullOr(Timestamp)
+}).annotations({ identifier: "WebhookDelivery" })
+export type WebhookDelivery = typeof WebhookDelivery.Type
+
+export const WebhookDeliveryList = ListOf(WebhookDelivery, "WebhookDeliveryList")
+export type WebhookDeliveryList = typeof WebhookDeliveryList.Type
+
+export const DeliveryParams = Schema.Struct({
+  status: Schema.optional(DeliveryStatus.annotations({ description: "Only deliveries in this status." })),
+  limit: Schema.optional(PageLimit),
+  cursor: Schema.optional(Cursor)
+}).annotations(strict)
+export type DeliveryParams = typeof DeliveryParams.Type
+
+const deliveryIdParam = HttpApiSchema.param("id", Schema.String)
 
 export class WebhooksApi extends HttpApiGroup.make("webhooks")
   .add(
@@ -77,6 +132,39 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
         "Delivers one signed synthetic prediction.succeeded event, synchronously. 422 when no webhook is configured. Costs 0."
       )
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
+  )
+  .add(
+    HttpApiEndpoint.get("deliveries", "/webhooks/deliveries")
+      .setUrlParams(DeliveryParams)
+      .addSuccess(WebhookDeliveryList)
+      .addError(InvalidCursorWire)
+      .annotate(AccessRule, needs("webhooks:write", true))
+      .annotate(OpenApi.Summary, "List webhook deliveries")
+      .annotate(
+        OpenApi.Description,
+        "The account's event deliveries, newest first, kept WEBHOOK_DELIVERY_RETENTION (30 days). Filter by `status`; " +
+          "keyset pages (`limit` 1 to 100, default 50; `cursor` from next_cursor with the same filter). Costs 0. " +
+          "Stays available after plan loss. Needs webhooks:write."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("delivery")`/webhooks/deliveries/${deliveryIdParam}`
+      .addSuccess(WebhookDelivery)
+      .annotate(AccessRule, needs("webhooks:write", true))
+      .annotate(OpenApi.Summary, "Get a webhook delivery")
+      .annotate(OpenApi.Description, "404 for an id unknown to this account. Costs 0. Needs webhooks:write.")
+  )
+  .add(
+    HttpApiEndpoint.post("retryDelivery")`/webhooks/deliveries/${deliveryIdParam}/retry`
+      .addSuccess(WebhookDelivery)
+      .annotate(AccessRule, needs("webhooks:write"))
+      .annotate(OpenApi.Summary, "Retry a webhook delivery now")
+      .annotate(
+        OpenApi.Description,
+        "Queues a pending or failed delivery for an attempt now, with the same event (same webhook-id and body, freshly " +
+          "signed), and answers it as queued. A failed delivery gets this one attempt, no further schedule. 422 when it " +
+          "was delivered already or the webhook is disabled. Costs 0; counts against the key's rate limit."
+      )
   )
   .middleware(Authentication)
   .prefix("/v1")

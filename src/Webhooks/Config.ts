@@ -66,6 +66,12 @@ export const WebhookConfig = Config.all({
    * attempt timeout plus a second.
    */
   claimLease: duration("WEBHOOK_CLAIM_LEASE", Duration.seconds(60)),
+  /** Deliveries (and their attempts) are kept this long, then swept. */
+  deliveryRetention: duration("WEBHOOK_DELIVERY_RETENTION", Duration.days(30)),
+  /** A webhook whose every attempt has failed for this long is disabled (disabled_reason "failing"). */
+  disableAfter: duration("WEBHOOK_DISABLE_AFTER", Duration.days(5)),
+  /** How often old deliveries are swept. */
+  sweepInterval: duration("WEBHOOK_SWEEP_INTERVAL", Duration.hours(1)),
   /** Deliveries one process attempts at the same time. */
   concurrency: Config.integer("WEBHOOK_DISPATCH_CONCURRENCY").pipe(
     Config.withDefault(16),

@@ -11,6 +11,10 @@
  *   or failed after the last one. A dispatcher that dies mid-attempt leaves the lease to run
  *   out, and another (or the restarted one) picks the delivery up; one that shuts down cleanly
  *   releases its claims at once.
+ * - Endpoint health, in the same statement: an answer of 410 Gone fails the delivery and
+ *   disables the webhook at once ("gone"); a failed attempt while every attempt has failed for
+ *   WEBHOOK_DISABLE_AFTER disables it ("failing"); a delivery clears the failing streak. A 429
+ *   or 503 with Retry-After sets the next wait, kept within the schedule's shortest and longest.
  * - A delivery that comes due while its webhook is disabled is not sent: it is marked failed
  *   ("webhook disabled") and not retried, so re-enabling a webhook does not replay old events.
  * - Wake-up: LISTEN on the outbox channel (Postgres), a timer for the next due retry, and a
@@ -90,14 +94,42 @@ export const DispatcherLive = Layer.scopedDiscard(
       orDieOnDb
     )
 
+    const scheduleMs = schedule.map(Duration.toMillis)
+    const disableAfterMs = Duration.toMillis(config.disableAfter)
+
+    /** The wait before the next attempt: the schedule's, or the receiver's Retry-After within the schedule's bounds. */
+    const nextDelayMs = (attempts: number, outcome: AttemptOutcome) =>
+      outcome.retryAfterMs === null
+        ? scheduleMs[attempts - 1]
+        : Math.min(Math.max(outcome.retryAfterMs, Math.min(...scheduleMs)), Math.max(...scheduleMs))
+
     const record = (row: ClaimedRow, token: string, outcome: AttemptOutcome) => {
-      const status = outcome.delivered ? "delivered" : row.attempts > schedule.length ? "failed" : "pending"
-      const delayMs = status === "pending" ? Duration.toMillis(schedule[row.attempts - 1]) : 0
+      const gone = outcome.statusCode === 410
+      const status = outcome.delivered ? "delivered" : gone || row.attempts > schedule.length ? "failed" : "pending"
+      const delayMs = status === "pending" ? nextDelayMs(row.attempts, outcome) : 0
+      const failingTooLong = sql`w.failing_since <= now() - ${disableAfterMs}::float8 * interval '1 millisecond'`
+      const disabledReason = gone ? sql`'gone'` : sql`CASE WHEN ${failingTooLong} THEN 'failing' END`
+      // Written only when something changes: a streak starts, ends, or disables the webhook.
+      const health = outcome.delivered
+        ? sql`UPDATE webhooks w SET failing_since = NULL
+               WHERE w.account_id = ${row.account_id} AND w.failing_since IS NOT NULL AND EXISTS (SELECT 1 FROM claim)`
+        : sql`UPDATE webhooks w
+                 SET failing_since = COALESCE(w.failing_since, now()),
+                     enabled = ${disabledReason} IS NULL,
+                     disabled_reason = ${disabledReason},
+                     disabled_at = CASE WHEN ${disabledReason} IS NULL THEN NULL ELSE now() END,
+                     updated_at = now()
+               WHERE w.account_id = ${row.account_id} AND w.enabled AND EXISTS (SELECT 1 FROM claim)
+                 AND (w.failing_since IS NULL OR ${gone} OR ${failingTooLong})`
       return sql`
-        WITH attempt AS (
+        WITH claim AS (
+          SELECT 1 FROM webhook_deliveries WHERE id = ${row.id} AND claim_token = ${token}
+        ),
+        attempt AS (
           INSERT INTO webhook_attempts (delivery_id, attempt, dispatcher, status_code, duration_ms, error)
           VALUES (${row.id}, ${row.attempts}, ${dispatcherId}, ${outcome.statusCode}, ${Math.round(outcome.durationMs)}, ${outcome.error})
-        )
+        ),
+        health AS (${health})
         UPDATE webhook_deliveries
            SET status = ${status},
                next_attempt_at = now() + ${delayMs}::float8 * interval '1 millisecond',
@@ -131,7 +163,7 @@ export const DispatcherLive = Layer.scopedDiscard(
         if (row.url === null || row.enabled !== true || row.secret_ciphertext === null) return yield* drop(row, token)
         const secrets = webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext)
         const outcome: AttemptOutcome = Either.isLeft(secrets)
-          ? { delivered: false, statusCode: null, durationMs: 0, error: `not signed: ${secrets.left.message}` }
+          ? { delivered: false, statusCode: null, durationMs: 0, error: `not signed: ${secrets.left.message}`, retryAfterMs: null }
           : yield* attempt({ url: row.url, secrets: secrets.right, eventId: row.event_id, body: row.body }, webhooks.rules)
         if (Either.isLeft(secrets)) yield* Effect.logError("webhook secret unreadable", secrets.left.message)
         const status = yield* record(row, token, outcome)

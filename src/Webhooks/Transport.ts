@@ -21,6 +21,8 @@ export interface AttemptOutcome {
   readonly durationMs: number
   /** Why the attempt failed, without the URL (it may carry the receiver's own tokens). */
   readonly error: string | null
+  /** The wait a 429 or 503 asked for with Retry-After, in milliseconds (null: none or unreadable). */
+  readonly retryAfterMs: number | null
 }
 
 export interface AttemptInput {
@@ -46,6 +48,15 @@ const pinnedUrl = (target: Target, address: Address): string => {
   return pinned.toString()
 }
 
+/** Retry-After as delay-seconds or an HTTP date, in milliseconds from `now`; null when absent or unreadable. */
+export const parseRetryAfter = (value: string | null, now: number): number | null => {
+  if (value === null) return null
+  const text = value.trim()
+  if (/^\d+$/.test(text)) return Number(text) * 1000
+  const date = Date.parse(text)
+  return Number.isNaN(date) ? null : Math.max(0, date - now)
+}
+
 const errorCode = (cause: unknown): string | null =>
   typeof cause === "object" && cause !== null && "code" in cause && typeof cause.code === "string" ? cause.code : null
 
@@ -53,7 +64,7 @@ const errorCode = (cause: unknown): string | null =>
 const connectFailures = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL", "ConnectionRefused"])
 
 type Step =
-  | { readonly _tag: "Answered"; readonly status: number }
+  | { readonly _tag: "Answered"; readonly status: number; readonly retryAfterMs: number | null }
   | { readonly _tag: "Failed"; readonly error: string }
 
 const postTo = (target: Target, address: Address, headers: Record<string, string>, body: string) =>
@@ -70,7 +81,10 @@ const postTo = (target: Target, address: Address, headers: Record<string, string
       })
       // The answer's body is not used; do not wait for it.
       await response.body?.cancel().catch(() => undefined)
-      return response.status
+      const retryAfterMs = response.status === 429 || response.status === 503
+        ? parseRetryAfter(response.headers.get("retry-after"), Date.now())
+        : null
+      return { status: response.status, retryAfterMs }
     },
     catch: errorCode
   })
@@ -80,7 +94,7 @@ const post = (target: Target, headers: Record<string, string>, body: string): Ef
     let code: string | null = null
     for (const address of target.addresses) {
       const result = yield* Effect.either(postTo(target, address, headers, body))
-      if (result._tag === "Right") return { _tag: "Answered", status: result.right } satisfies Step
+      if (result._tag === "Right") return { _tag: "Answered", ...result.right } satisfies Step
       code = result.left
       if (code === null || !connectFailures.has(code)) break
     }
@@ -88,11 +102,11 @@ const post = (target: Target, headers: Record<string, string>, body: string): Ef
   })
 
 const outcome = (step: Step, durationMs: number): AttemptOutcome => {
-  if (step._tag === "Failed") return { delivered: false, statusCode: null, durationMs, error: step.error }
+  if (step._tag === "Failed") return { delivered: false, statusCode: null, durationMs, error: step.error, retryAfterMs: null }
   const status = step.status
-  if (status >= 200 && status < 300) return { delivered: true, statusCode: status, durationMs, error: null }
+  if (status >= 200 && status < 300) return { delivered: true, statusCode: status, durationMs, error: null, retryAfterMs: null }
   const error = status >= 300 && status < 400 ? `answered ${status}; redirects are not followed` : `answered ${status}`
-  return { delivered: false, statusCode: status, durationMs, error }
+  return { delivered: false, statusCode: status, durationMs, error, retryAfterMs: step.retryAfterMs }
 }
 
 /**

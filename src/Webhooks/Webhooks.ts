@@ -13,21 +13,49 @@ import { ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import type { Prediction } from "../Predictions/Api.js"
 import { DatabaseMode, orDieOnDb } from "../Sql.js"
-import type { Webhook, WebhookSecret, WebhookTest } from "./Api.js"
+import { EventType, type Webhook, type WebhookSecret, type WebhookTest } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
 import { makeSecretBox, type SecretUnreadable } from "./SecretBox.js"
 import { eventBody, generateSecret } from "./Signing.js"
 import { attempt, attemptAt, type AttemptRules } from "./Transport.js"
 import { resolveTarget } from "./UrlPolicy.js"
 
-export type EventType = "prediction.succeeded" | "prediction.failed"
+export type { EventType } from "./Api.js"
+/** The events other rooms write into the outbox (wallet events come from the database's triggers). */
+export type PredictionEventType = "prediction.succeeded" | "prediction.failed"
 
 /** Channel the outbox notifies on commit (Postgres only; embedded mode polls). */
 export const deliveriesChannel = "hookline_webhook_deliveries"
 
-const WebhookRow = Schema.Struct({
+/** The webhook as its API resource shows it. */
+const WebhookState = Schema.Struct({
   url: Schema.String,
   enabled: Schema.Boolean,
+  /** Null: all event types. */
+  events: Schema.NullOr(Schema.Array(EventType)),
+  disabled_reason: Schema.NullOr(Schema.Literal("gone", "failing")),
+  disabled_at: Schema.NullOr(Schema.DateFromSelf)
+})
+type WebhookState = typeof WebhookState.Type
+
+const webhookOf = (row: WebhookState): Webhook => ({
+  object: "webhook",
+  url: row.url,
+  configured: row.enabled,
+  events: row.events === null ? ["*"] : row.events,
+  disabled_reason: row.disabled_reason,
+  disabled_at: row.disabled_at === null ? null : row.disabled_at.toISOString()
+})
+
+/** The WebhookSecret answer: the webhook, with the secret when one was just issued. */
+const withSecret = (webhook: Webhook, secret?: string): WebhookSecret => (secret === undefined ? webhook : { ...webhook, secret })
+
+/** The stored selection: null for all ("*" anywhere), else the distinct types. */
+const storedEvents = (events: ReadonlyArray<EventType | "*">): Array<EventType> | null =>
+  events.includes("*") ? null : [...new Set(events.filter((event): event is EventType => event !== "*"))]
+
+const WebhookRow = Schema.Struct({
+  ...WebhookState.fields,
   secret_ciphertext: Schema.String,
   /** Null once the rotation window has passed. */
   previous_secret_ciphertext: Schema.NullOr(Schema.String)
@@ -54,6 +82,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
     const config = yield* WebhookConfig
     const secrets = yield* Secrets
     const box = makeSecretBox(Redacted.value(secrets.webhookSecretKey))
+    const stateColumns = sql`url, enabled, events, disabled_reason, disabled_at`
     const rules: AttemptRules = {
       allowInsecure: config.allowInsecure,
       allowPrivate: config.allowPrivate,
@@ -75,7 +104,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
 
     const findRow = (accountId: string) =>
       sql`
-        SELECT url, enabled, secret_ciphertext,
+        SELECT ${stateColumns}, secret_ciphertext,
                CASE WHEN previous_secret_expires_at > now() THEN previous_secret_ciphertext END AS previous_secret_ciphertext
           FROM webhooks WHERE account_id = ${accountId}`.pipe(
         Effect.flatMap((rows) =>
@@ -100,33 +129,43 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
 
     const get = (accountId: string) =>
       Effect.map(findRow(accountId), Option.match({
-        onNone: (): Webhook => ({ object: "webhook", url: null, configured: false }),
-        onSome: (row): Webhook => ({ object: "webhook", url: row.url, configured: row.enabled })
+        onNone: (): Webhook => ({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null }),
+        onSome: webhookOf
       }))
 
-    /** Sets the URL (and enables the webhook); the secret is issued only when the webhook is created. */
-    const set = (accountId: string, url: string) =>
+    const decodeState = (rows: ReadonlyArray<unknown>) =>
+      Effect.map(Schema.decodeUnknown(Schema.Array(WebhookState))(rows), (states) => states.map(webhookOf))
+
+    /**
+     * Sets the URL and enables the webhook (clearing a health disable); `events` replaces the
+     * selection when given. The secret is issued only when the webhook is created.
+     */
+    const set = (accountId: string, url: string, events?: ReadonlyArray<EventType | "*">) =>
       Effect.gen(function*() {
         yield* checkUrl(url, urlField)
         const secret = generateSecret()
+        const selection = events === undefined ? null : storedEvents(events)
         const created = yield* sql`
-          INSERT INTO webhooks (account_id, url, enabled, secret_ciphertext)
-          VALUES (${accountId}, ${url}, true, ${box.seal(secret, accountId)})
+          INSERT INTO webhooks (account_id, url, enabled, secret_ciphertext, events)
+          VALUES (${accountId}, ${url}, true, ${box.seal(secret, accountId)}, ${selection})
           ON CONFLICT (account_id) DO NOTHING
-          RETURNING account_id`.pipe(orDieOnDb)
-        if (created.length > 0) {
-          return { object: "webhook", url, configured: true, secret } satisfies WebhookSecret
-        }
-        yield* sql`UPDATE webhooks SET url = ${url}, enabled = true, updated_at = now() WHERE account_id = ${accountId}`.pipe(
-          orDieOnDb
-        )
-        return { object: "webhook", url, configured: true } satisfies WebhookSecret
+          RETURNING ${stateColumns}`.pipe(Effect.flatMap(decodeState), orDieOnDb)
+        if (created.length > 0) return withSecret(created[0], secret)
+        const updated = yield* sql`
+          UPDATE webhooks
+             SET url = ${url}, enabled = true, failing_since = NULL, disabled_reason = NULL, disabled_at = NULL,
+                 ${events === undefined ? sql`` : sql`events = ${selection},`} updated_at = now()
+           WHERE account_id = ${accountId}
+          RETURNING ${stateColumns}`.pipe(Effect.flatMap(decodeState), orDieOnDb)
+        return withSecret(updated[0])
       })
 
     /** DELETE: configured becomes false; url and secret are kept. Without a webhook, nothing changes. */
     const disable = (accountId: string) =>
       Effect.gen(function*() {
-        yield* sql`UPDATE webhooks SET enabled = false, updated_at = now() WHERE account_id = ${accountId}`.pipe(orDieOnDb)
+        yield* sql`
+          UPDATE webhooks SET enabled = false, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
+           WHERE account_id = ${accountId}`.pipe(orDieOnDb)
         return yield* get(accountId)
       })
 
@@ -142,12 +181,9 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
                  secret_ciphertext = ${box.seal(secret, accountId)},
                  updated_at = now()
            WHERE account_id = ${accountId}
-          RETURNING url, enabled`.pipe(
-          Effect.flatMap(Schema.decodeUnknown(Schema.Array(Schema.Struct({ url: Schema.String, enabled: Schema.Boolean })))),
-          orDieOnDb
-        )
+          RETURNING ${stateColumns}`.pipe(Effect.flatMap(decodeState), orDieOnDb)
         if (rows.length === 0) return yield* notConfigured
-        return { object: "webhook", url: rows[0].url, configured: rows[0].enabled, secret } satisfies WebhookSecret
+        return withSecret(rows[0], secret)
       })
 
     /**
@@ -199,7 +235,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
      * Call it inside the transaction of the state change that causes the event, so both commit
      * or neither does. Returns the delivery id, or null when the account has no enabled webhook.
      */
-    const enqueueEvent = (accountId: string, type: EventType, data: Prediction) =>
+    const enqueueEvent = (accountId: string, type: PredictionEventType, data: Prediction) =>
       Effect.gen(function*() {
         const eventId = newId("evt")
         const deliveryId = newId("dlv")
@@ -207,7 +243,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
         const rows = yield* sql`
           INSERT INTO webhook_deliveries (id, event_id, account_id, event_type, payload, body)
           SELECT ${deliveryId}, ${eventId}, ${accountId}, ${type}, ${body}::jsonb, ${body}
-            FROM webhooks WHERE account_id = ${accountId} AND enabled
+            FROM webhooks WHERE account_id = ${accountId} AND enabled AND (events IS NULL OR ${type} = ANY (events))
           RETURNING id`
         if (rows.length === 0) return null
         // Sent when the caller's transaction commits; wakes the dispatchers at once.

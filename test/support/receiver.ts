@@ -28,6 +28,8 @@ export interface Receiver {
   readonly script: (answers: ReadonlyArray<number | "hang">) => void
   /** Leave later requests unanswered (true) until told otherwise. */
   readonly hang: (on: boolean) => void
+  /** Send these headers with every later answer (e.g. Retry-After). */
+  readonly headers: (next: Record<string, string>) => void
   /** Only answer after `ms` milliseconds (a slow receiver). */
   readonly delay: (ms: number) => void
   readonly clear: () => void
@@ -40,6 +42,7 @@ export const startReceiver = (path = "/hooks"): Receiver => {
   let scripted: Array<number | "hang"> = []
   let hanging = false
   let delayMs = 0
+  let extraHeaders: Record<string, string> = {}
   const hung: Array<() => void> = []
 
   const server = Bun.serve({
@@ -62,7 +65,9 @@ export const startReceiver = (path = "/hooks"): Receiver => {
       return new Response(answered >= 300 && answered < 400 ? null : "ok", {
         status: answered,
         // A redirect back to this receiver: a client that followed it would show up as a second request.
-        headers: answered >= 300 && answered < 400 ? { location: new URL("/moved", request.url).toString() } : {}
+        headers: answered >= 300 && answered < 400
+          ? { ...extraHeaders, location: new URL("/moved", request.url).toString() }
+          : extraHeaders
       })
     }
   })
@@ -84,6 +89,9 @@ export const startReceiver = (path = "/hooks"): Receiver => {
     hang: (on) => {
       hanging = on
       if (!on) hung.splice(0).forEach((release) => release())
+    },
+    headers: (next) => {
+      extraHeaders = next
     },
     delay: (ms) => {
       delayMs = ms

@@ -17,7 +17,7 @@ import { withRequestId } from "../../src/Logging.js"
 import type { Prediction, PredictUpload } from "../../src/Predictions/Api.js"
 import type { ClipScorer } from "../../src/Predictions/Scorer.js"
 import * as Server from "../../src/System/Server.js"
-import type { Webhook, WebhookSecret, WebhookTest } from "../../src/Webhooks/Api.js"
+import type { Webhook, WebhookDelivery, WebhookDeliveryList, WebhookSecret, WebhookTest } from "../../src/Webhooks/Api.js"
 
 export const adminDatabaseUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -101,6 +101,9 @@ export type HookRichBody = typeof HookRich.Encoded
 export type WebhookBody = typeof Webhook.Encoded
 /** The webhook with a newly issued secret (the first PUT /v1/webhooks, POST /v1/webhooks/rotate): the secret is there. */
 export type WebhookSecretBody = typeof WebhookSecret.Encoded & { readonly secret: string }
+/** One row of the delivery log (/v1/webhooks/deliveries). */
+export type WebhookDeliveryBody = typeof WebhookDelivery.Encoded
+export type WebhookDeliveryPage = typeof WebhookDeliveryList.Encoded
 /** The answer to POST /v1/webhooks/test. */
 export type WebhookTestBody = typeof WebhookTest.Encoded
 /** One change of a balance, as listed by the credit history. */

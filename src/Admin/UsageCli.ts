@@ -1,0 +1,35 @@
+/** The admin CLI's `usage` command (dispatched from Cli.ts): an account's usage summary. */
+import { Effect, Schema } from "effect"
+import type { HooklineClient } from "../client.js"
+import { UsageGroupBy } from "../Ledger/Api.js"
+
+export const usageHelp = "  usage <account_id> [--from DATE] [--to DATE] [--group-by day|operation]"
+
+export const usageOptions = {
+  from: { type: "string" },
+  to: { type: "string" },
+  "group-by": { type: "string" }
+} as const
+
+const date = (name: string, value: string | undefined) => {
+  if (value === undefined) return Effect.succeed(undefined)
+  const parsed = new Date(value)
+  return Number.isNaN(parsed.getTime()) ? Effect.dieMessage(`--${name} must be an ISO 8601 date`) : Effect.succeed(parsed)
+}
+
+export const usageCommand = (
+  client: HooklineClient,
+  accountId: string,
+  values: { readonly from?: string; readonly to?: string; readonly "group-by"?: string }
+) =>
+  Effect.gen(function*() {
+    const groupBy = values["group-by"] === undefined
+      ? undefined
+      : yield* Schema.decodeUnknown(UsageGroupBy)(values["group-by"]).pipe(
+        Effect.orElse(() => Effect.dieMessage("--group-by must be day or operation"))
+      )
+    return yield* client.admin.accountUsage({
+      path: { id: accountId },
+      urlParams: { from: yield* date("from", values.from), to: yield* date("to", values.to), group_by: groupBy }
+    })
+  })
