@@ -226,15 +226,17 @@ describe("importing a file (the CLI path)", () => {
     const path = join(server.dataDir, "hooks.ndjson")
     writeFileSync(path, ndjson(Array.from({ length: 25 }, (_, i) => ({ text: `Filefinch ${i}`, platform: "tiktok", source_url: `https://file.example/${i}` }))))
     const progress: Array<ImportProgress> = []
+    const database = PgClient.layer({ url: Redacted.make(server.databaseUrl) })
     const catalog = HookCatalog.Default.pipe(
-      Layer.provide(PgClient.layer({ url: Redacted.make(server.databaseUrl) })),
+      Layer.provideMerge(database),
       Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["IMPORT_BATCH_SIZE", "10"]]))))
     )
     const result = await Effect.runPromise(
       importHooksFromFile(path, { onProgress: (p) => progress.push(p) }).pipe(Effect.provide(catalog))
     )
     expect(result).toEqual({ object: "import_result", inserted: 25, updated: 0, rejected_count: 0, rejected: [] })
-    expect(progress.map((p) => p.inserted)).toEqual([10, 20, 25, 25])
+    // Staged batch by batch; the counts of what was written come with the commit.
+    expect(progress.map((p) => [p.staged, p.inserted])).toEqual([[10, 0], [20, 0], [25, 0], [25, 25]])
     expect(progress.at(-1)?.records).toBe(25)
     expect(await searchIds("filefinch")).toHaveLength(25)
   })
