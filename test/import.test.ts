@@ -4,12 +4,12 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect, Layer, Redacted } from "effect"
+import { Cause, ConfigProvider, Effect, Exit, Layer, Option, Redacted, Stream } from "effect"
 import { createHash } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { HookCatalog } from "../src/Hooks/HookCatalog.js"
-import { type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
+import { importHooks, type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
 import { type ErrorBody, type HookPage, type HookRichBody, type ImportResult, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
@@ -218,6 +218,23 @@ describe("requests the import refuses as a whole", () => {
 
   test("an empty array imports nothing", async () => {
     expect((await importBody("[]", "application/json")).body).toEqual({ object: "import_result", inserted: 0, updated: 0, rejected_count: 0, rejected: [] })
+  })
+})
+
+describe("a bug while importing", () => {
+  test("is a defect (a 500 at the route), not a 422 validation error, and writes nothing", async () => {
+    const before = await count("true", [])
+    const valid = new TextEncoder().encode(JSON.stringify({ text: "Bugwren", platform: "tiktok", source_url: "https://bug.example/1" }) + "\n")
+    // A chunk that is not bytes makes the splitter throw a TypeError: a bug, not a bad record.
+    const broken = Stream.make(valid, null as unknown as Uint8Array)
+    const catalog = HookCatalog.Default.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(server.databaseUrl) })))
+    const exit = await Effect.runPromiseExit(importHooks(broken, { format: "ndjson" }).pipe(Effect.provide(catalog)))
+    expect(Exit.isFailure(exit)).toBe(true)
+    if (Exit.isFailure(exit)) {
+      expect(Cause.failureOption(exit.cause)).toEqual(Option.none())
+      expect(Option.getOrThrow(Cause.dieOption(exit.cause))).toBeInstanceOf(TypeError)
+    }
+    expect(await count("true", [])).toBe(before)
   })
 })
 
