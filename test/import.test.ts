@@ -4,12 +4,12 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect, Layer, Redacted } from "effect"
+import { Cause, ConfigProvider, Effect, Exit, Layer, Option, Redacted, Stream } from "effect"
 import { createHash } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { HookCatalog } from "../src/Hooks/HookCatalog.js"
-import { type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
+import { importHooks, type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
 import { type ErrorBody, type HookPage, type HookRichBody, type ImportResult, startTestServer, type TestServer } from "./support/server.js"
 
 let server: TestServer
@@ -221,20 +221,39 @@ describe("requests the import refuses as a whole", () => {
   })
 })
 
+describe("a bug while importing", () => {
+  test("is a defect (a 500 at the route), not a 422 validation error, and writes nothing", async () => {
+    const before = await count("true", [])
+    const valid = new TextEncoder().encode(JSON.stringify({ text: "Bugwren", platform: "tiktok", source_url: "https://bug.example/1" }) + "\n")
+    // A chunk that is not bytes makes the splitter throw a TypeError: a bug, not a bad record.
+    const broken = Stream.make(valid, null as unknown as Uint8Array)
+    const catalog = HookCatalog.Default.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(server.databaseUrl) })))
+    const exit = await Effect.runPromiseExit(importHooks(broken, { format: "ndjson" }).pipe(Effect.provide(catalog)))
+    expect(Exit.isFailure(exit)).toBe(true)
+    if (Exit.isFailure(exit)) {
+      expect(Cause.failureOption(exit.cause)).toEqual(Option.none())
+      expect(Option.getOrThrow(Cause.dieOption(exit.cause))).toBeInstanceOf(TypeError)
+    }
+    expect(await count("true", [])).toBe(before)
+  })
+})
+
 describe("importing a file (the CLI path)", () => {
   test("streams a file with progress reports and the same results", async () => {
     const path = join(server.dataDir, "hooks.ndjson")
     writeFileSync(path, ndjson(Array.from({ length: 25 }, (_, i) => ({ text: `Filefinch ${i}`, platform: "tiktok", source_url: `https://file.example/${i}` }))))
     const progress: Array<ImportProgress> = []
+    const database = PgClient.layer({ url: Redacted.make(server.databaseUrl) })
     const catalog = HookCatalog.Default.pipe(
-      Layer.provide(PgClient.layer({ url: Redacted.make(server.databaseUrl) })),
+      Layer.provideMerge(database),
       Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["IMPORT_BATCH_SIZE", "10"]]))))
     )
     const result = await Effect.runPromise(
       importHooksFromFile(path, { onProgress: (p) => progress.push(p) }).pipe(Effect.provide(catalog))
     )
     expect(result).toEqual({ object: "import_result", inserted: 25, updated: 0, rejected_count: 0, rejected: [] })
-    expect(progress.map((p) => p.inserted)).toEqual([10, 20, 25, 25])
+    // Staged batch by batch; the counts of what was written come with the commit.
+    expect(progress.map((p) => [p.staged, p.inserted])).toEqual([[10, 0], [20, 0], [25, 0], [25, 25]])
     expect(progress.at(-1)?.records).toBe(25)
     expect(await searchIds("filefinch")).toHaveLength(25)
   })

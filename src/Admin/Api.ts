@@ -199,7 +199,9 @@ export class AdminApi extends HttpApiGroup.make("admin")
           "are skipped), of hooks in the HookRich shape. `id` is optional: when absent it is derived from platform + " +
           "source_url (hook_ + the first 32 hex of their SHA-256), so importing the same source again updates the hook " +
           "instead of duplicating it. Nullable fields may be left out (null); unknown fields are rejected; text is 1 to 500 " +
-          "characters. The body is streamed and written in batches as it arrives, so records before a rejected one are kept. " +
+          "characters. The body is streamed and staged as it arrives, then written in one transaction once it is complete: a " +
+          "rejected record never stops the others, while a body that breaks off, or grows past IMPORT_MAX_BODY_BYTES (413, also " +
+          "refused up front when Content-Length declares more), writes nothing. " +
           "Rejected records are reported with their index: the 1-based line number for NDJSON, the 0-based array position " +
           "for a JSON array. Unlike the other admin POSTs it takes no Idempotency-Key (the body is streamed, not kept): " +
           "a retried import upserts the same hooks again, so it is safe to repeat."

@@ -18,9 +18,10 @@ import * as Server from "../System/Server.js"
 import { loadServerSecrets, ServerConfig } from "../Config.js"
 import { makeHooklineClient } from "../client.js"
 import { dataDirHolder } from "../EmbeddedDb.js"
-import { demoCategories, demoHook } from "../Hooks/DemoData.js"
+import { demoCategories } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
 import { databaseInUse, missingDataDir } from "./Target.js"
+import { defaultChunking, importCommand, seedDemoCommand } from "./ImportCommand.js"
 import type { Plan, Scope } from "../Auth/Api.js"
 import { usageCommand, usageHelp, usageOptions } from "./UsageCli.js"
 
@@ -36,8 +37,9 @@ const usage = `Usage: npm run admin -- <command>
 ${usageHelp}
   (every POST also takes --idempotency-key K)
   catalog categories <file.json>        (a JSON array of { slug, name })
-  catalog import <file.json|file.ndjson>
-  catalog seed-demo --count N           (the deterministic demo catalog: categories and hooks 0 … N-1)
+  catalog import <file.ndjson|file.json> [--from-line N] [--chunk-bytes N]
+                                        (NDJSON goes in requests of at most --chunk-bytes, default 32 MiB)
+  catalog seed-demo --count N [--from-line N] (the deterministic demo catalog: categories and hooks 0 … N-1)
   help                                  (this text; also --help, -h)
 
 Where: with DATABASE_URL set, that PostgreSQL database; otherwise the embedded database in DATA_DIR
@@ -65,6 +67,8 @@ const cliOptions = {
   limit: { type: "string" },
   cursor: { type: "string" },
   count: { type: "string" },
+  "from-line": { type: "string" },
+  "chunk-bytes": { type: "string" },
   ...usageOptions,
   help: { type: "boolean", short: "h" }
 } as const
@@ -183,84 +187,24 @@ const command = Effect.gen(function*() {
       return yield* client.admin.putCategories({
         payload: JSON.parse(readFileSync(arg(2, "file"), "utf8")) as Array<{ slug: string; name: string }>
       })
-    case "catalog import": {
-      const path = arg(2, "file")
-      const file = Bun.file(path)
-      return yield* postImport(baseUrl, adminToken, {
-        label: path,
-        total: file.size,
-        unit: "bytes",
-        body: file.stream(),
-        contentType: /\.(ndjson|jsonl)$/i.test(path) ? "application/x-ndjson" : "application/json"
-      })
-    }
+    case "catalog import":
+      return yield* importCommand({ baseUrl, adminToken }, arg(2, "file"), chunking())
     case "catalog seed-demo": {
       const count = int("count", values.count) ?? 0
       if (count < 1) throw new UsageError("--count must be a positive integer")
       yield* client.admin.putCategories({ payload: demoCategories.map(({ slug, name }) => ({ slug, name })) })
-      return yield* postImport(baseUrl, adminToken, {
-        label: "demo catalog",
-        total: count,
-        unit: "hooks",
-        body: demoCatalogNdjson(count),
-        contentType: "application/x-ndjson"
-      })
+      return yield* seedDemoCommand({ baseUrl, adminToken }, count, chunking())
     }
     default:
       return yield* Effect.die(new UsageError(`unknown command: ${positionals.join(" ")}\n${usage}`))
   }
 })
 
-/** Demo hooks 0 … count-1 as an NDJSON stream, generated as the import route reads it. */
-const demoCatalogNdjson = (count: number): ReadableStream<Uint8Array> => {
-  const encoder = new TextEncoder()
-  const linesPerChunk = 500
-  let next = 0
-  return new ReadableStream<Uint8Array>({
-    pull(controller) {
-      if (next >= count) return controller.close()
-      const end = Math.min(count, next + linesPerChunk)
-      let text = ""
-      for (; next < end; next++) text += JSON.stringify(demoHook(next)) + "\n"
-      controller.enqueue(encoder.encode(text))
-    }
-  })
-}
-
-interface ImportSource {
-  readonly label: string
-  readonly total: number
-  /** What `total` counts: bytes of a file, or generated hooks (progress counts lines). */
-  readonly unit: "bytes" | "hooks"
-  readonly body: ReadableStream<Uint8Array>
-  readonly contentType: string
-}
-
-/** Streams records to the import route (constant memory for any size), showing progress on a terminal. */
-const postImport = (baseUrl: string, adminToken: string, source: ImportSource) =>
-  Effect.promise(async () => {
-    let done = 0
-    const progress = new TransformStream<Uint8Array, Uint8Array>({
-      transform(chunk, controller) {
-        if (source.unit === "bytes") done += chunk.byteLength
-        else for (const byte of chunk) if (byte === 10) done++
-        if (process.stderr.isTTY) {
-          const percent = source.total > 0 ? Math.floor((done / source.total) * 100) : 100
-          const amount = source.unit === "bytes" ? `${(done / 1048576).toFixed(1)} MiB` : `${done} hooks`
-          process.stderr.write(`\rimporting ${source.label}: ${percent}% (${amount})`)
-        }
-        controller.enqueue(chunk)
-      }
-    })
-    const response = await fetch(`${baseUrl}/admin/catalog/hooks`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${adminToken}`, "content-type": source.contentType },
-      body: source.body.pipeThrough(progress),
-      duplex: "half"
-    } as RequestInit)
-    if (process.stderr.isTTY) process.stderr.write("\n")
-    return (await response.json()) as unknown
-  })
+const chunking = () => ({
+  ...defaultChunking,
+  fromLine: int("from-line", values["from-line"]) ?? defaultChunking.fromLine,
+  chunkBytes: int("chunk-bytes", values["chunk-bytes"]) ?? defaultChunking.chunkBytes
+})
 
 const program = command.pipe(
   Effect.scoped,

@@ -65,10 +65,43 @@ export const upsertHooksParams = (records: ReadonlyArray<HookRecord>): Array<Arr
     })
   )
 
+const onConflictUpdate = `
+  ON CONFLICT (id) DO UPDATE SET
+    ${hookColumns.slice(1).map((column) => `${column} = EXCLUDED.${column}`).join(",\n    ")},
+    updated_at = now()`
+
 export const upsertHooksSql = `
   INSERT INTO hooks (${hookColumns.join(", ")})
   SELECT * FROM unnest(${columnTypes.map((type, i) => `$${i + 1}::${type}[]`).join(", ")})
-  ON CONFLICT (id) DO UPDATE SET
-    ${hookColumns.slice(1).map((column) => `${column} = EXCLUDED.${column}`).join(",\n    ")},
-    updated_at = now()
+  ${onConflictUpdate}
   RETURNING (xmax = 0) AS inserted`
+
+/**
+ * Bulk import through a staging table (one per transaction, dropped at its end): records are
+ * staged in large multi-row inserts, then written to the catalog by one set-based upsert, so the
+ * search triggers run once per import instead of once per batch. `seq` keeps the order of the
+ * input: of several records with one id, the last wins (as if imported one after the other).
+ */
+export const createImportStagingSql = `
+  CREATE TEMP TABLE hook_import_staging (
+    ${hookColumns.map((column, i) => `${column} ${columnTypes[i]}`).join(", ")},
+    seq bigint
+  ) ON COMMIT DROP`
+
+/** $1 a JSON array of records (keys named as the columns), $2 the seq of the record before the first. */
+export const stageHooksSql = `
+  INSERT INTO hook_import_staging
+  SELECT ${hookColumns.map((column) => `r.${column}`).join(", ")}, $2::bigint + r.ordinality
+    FROM json_populate_recordset(NULL::hook_import_staging, $1::json) WITH ORDINALITY AS r`
+
+/** The staged records into the catalog, in id order (index pages are filled in order); answers how many ids were new. */
+export const upsertStagedHooksSql = `
+  WITH written AS (
+    INSERT INTO hooks (${hookColumns.join(", ")})
+    SELECT ${hookColumns.join(", ")} FROM (
+      SELECT DISTINCT ON (id) * FROM hook_import_staging ORDER BY id, seq DESC
+    ) latest
+    ${onConflictUpdate}
+    RETURNING (xmax = 0) AS inserted
+  )
+  SELECT count(*) FILTER (WHERE inserted)::int AS inserted FROM written`

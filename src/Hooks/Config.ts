@@ -14,8 +14,14 @@ export const CatalogConfig = Config.all({
   searchWalkWindow: Config.integer("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
   /** First pages of search and list kept in memory per process (0 turns the cache off). */
   cacheEntries: Config.integer("CATALOG_CACHE_ENTRIES").pipe(Config.withDefault(1_000)),
-  /** Records written per upsert statement during an import. */
-  importBatchSize: Config.integer("IMPORT_BATCH_SIZE").pipe(Config.withDefault(1_000)),
+  /** Records staged per insert statement during an import (they reach the catalog together at its end). */
+  importBatchSize: Config.integer("IMPORT_BATCH_SIZE").pipe(Config.withDefault(5_000)),
+  /**
+   * Largest import request body: a larger declared size is refused at once, a larger streamed
+   * body when it passes the limit; either way with 413 and nothing written. Keep it under the
+   * server's own request limit (300 MiB, src/App.ts). The CLI splits files into smaller requests.
+   */
+  importMaxBodyBytes: Config.integer("IMPORT_MAX_BODY_BYTES").pipe(Config.withDefault(256 * 1024 * 1024)),
   /** Largest single record (one NDJSON line or one array element) an import accepts. */
   importMaxRecordBytes: Config.integer("IMPORT_MAX_RECORD_BYTES").pipe(Config.withDefault(1024 * 1024))
 })

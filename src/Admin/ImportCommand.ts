@@ -1,0 +1,279 @@
+/**
+ * `npm run admin -- catalog import FILE` and `catalog seed-demo`: NDJSON of any size, sent to the
+ * import route as a sequence of requests, each under the route's body limit and cut at line
+ * boundaries. Each request is one transaction on the server (all of its hooks, or none), and the
+ * import is an upsert by id, so:
+ * - a failed request is retried (a retry of a request that did commit only updates the same hooks);
+ * - when retries run out the command stops and prints the line to resume from (`--from-line N`):
+ *   every line before N is in the catalog, none from N on was written by the failed request.
+ * Rejected records are reported with their line number in the file. A JSON array file is sent as
+ * one streamed request (convert it to NDJSON to import it in parts).
+ */
+import { Effect } from "effect"
+import { demoHook } from "../Hooks/DemoData.js"
+import { formatOfFile, maxReportedRejections } from "../Hooks/Import.js"
+import type { ImportResult } from "./Api.js"
+import { type ProgressOutput, ProgressReporter } from "./ImportProgress.js"
+
+export interface AdminEndpoint {
+  readonly baseUrl: string
+  readonly adminToken: string
+}
+
+export interface ChunkingOptions {
+  /** First line to import (1-based); earlier lines are skipped. */
+  readonly fromLine: number
+  /** Most bytes per request (whole lines; a longer single line goes alone). */
+  readonly chunkBytes: number
+  /** Attempts after the first for a request that failed on the network or with a 5xx. */
+  readonly retries: number
+  readonly retryDelayMs: number
+}
+
+export const defaultChunking: ChunkingOptions = { fromLine: 1, chunkBytes: 32 * 1024 * 1024, retries: 2, retryDelayMs: 1_000 }
+
+export interface NdjsonSource {
+  readonly label: string
+  readonly stream: ReadableStream<Uint8Array>
+  /** What progress is measured against: the file's bytes, or the number of lines. */
+  readonly total: { readonly bytes: number } | { readonly lines: number }
+  /** The command that resumes at a line, printed when the import stops. */
+  readonly resumeCommand: (line: number) => string
+}
+
+/** The merged answer of every request, positions in lines of the whole input. */
+export interface ImportSummary extends ImportResult {
+  readonly lines_read: number
+  readonly requests: number
+}
+
+/** Raised when a request failed for good: what was done, and where to resume. */
+export class ImportStopped extends Error {
+  readonly _tag = "ImportStopped"
+  constructor(readonly summary: ImportSummary, readonly resumeLine: number, reason: string, resumeCommand: string) {
+    super(`${reason}\nEvery line before ${resumeLine} is imported; nothing from line ${resumeLine} on was written by the failed request.\nResume with: ${resumeCommand}`)
+  }
+}
+
+interface Chunk {
+  readonly firstLine: number
+  readonly lines: number
+  readonly body: Uint8Array<ArrayBuffer>
+  /** Bytes of the input consumed up to the end of this chunk (skipped lines included). */
+  readonly endOffset: number
+}
+
+/** Cuts an NDJSON byte stream into bodies of whole lines, at most `chunkBytes` each, from line `fromLine`. */
+async function* ndjsonChunks(stream: ReadableStream<Uint8Array>, fromLine: number, chunkBytes: number): AsyncGenerator<Chunk> {
+  let line = 1
+  let offset = 0
+  let lineParts: Array<Uint8Array> = []
+  let lineSize = 0
+  let chunk = { firstLine: fromLine, lines: 0, parts: new Array<Uint8Array>(), size: 0, endOffset: 0 }
+  const cut = (): Chunk => ({ firstLine: chunk.firstLine, lines: chunk.lines, body: Buffer.concat(chunk.parts, chunk.size), endOffset: chunk.endOffset })
+  /** Ends the current line; answers the chunk it did not fit in, if any. */
+  const endLine = (): Chunk | null => {
+    let full: Chunk | null = null
+    if (chunk.lines > 0 && chunk.size + lineSize > chunkBytes) {
+      full = cut()
+      chunk = { firstLine: line, lines: 0, parts: [], size: 0, endOffset: 0 }
+    }
+    chunk.parts.push(...lineParts)
+    chunk.size += lineSize
+    chunk.lines++
+    chunk.endOffset = offset
+    line++
+    lineParts = []
+    lineSize = 0
+    return full
+  }
+  const reader = stream.getReader()
+  for (;;) {
+    const { done, value: data } = await reader.read()
+    if (done) break
+    let at = 0
+    while (at < data.byteLength) {
+      const newline = data.indexOf(0x0a, at)
+      const end = newline === -1 ? data.byteLength : newline + 1
+      if (line >= fromLine) {
+        lineParts.push(data.subarray(at, end))
+        lineSize += end - at
+      }
+      offset += end - at
+      at = end
+      if (newline === -1) break
+      if (line < fromLine) {
+        line++
+        continue
+      }
+      const full = endLine()
+      if (full !== null) yield full
+    }
+  }
+  if (lineSize > 0) {
+    const full = endLine()
+    if (full !== null) yield full
+  }
+  if (chunk.lines > 0) yield cut()
+}
+
+/** The error envelope's message, or the status line. */
+const failureOf = async (response: Response): Promise<string> => {
+  const text = await response.text().catch(() => "")
+  try {
+    const body = JSON.parse(text) as { error?: { type?: string; message?: string } }
+    if (body.error?.message !== undefined) return `HTTP ${response.status} ${body.error.type ?? ""}: ${body.error.message}`
+  } catch {
+    // not the envelope
+  }
+  return `HTTP ${response.status} ${response.statusText}`
+}
+
+class RequestFailed extends Error {
+  constructor(message: string, readonly retryable: boolean) {
+    super(message)
+  }
+}
+
+const postChunk = async (endpoint: AdminEndpoint, body: Uint8Array<ArrayBuffer>): Promise<ImportResult> => {
+  let response: Response
+  try {
+    response = await fetch(`${endpoint.baseUrl}/admin/catalog/hooks`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${endpoint.adminToken}`, "content-type": "application/x-ndjson" },
+      body
+    })
+  } catch (error) {
+    throw new RequestFailed(`the request failed: ${error instanceof Error ? error.message : String(error)}`, true)
+  }
+  if (response.status === 200) return (await response.json()) as ImportResult
+  const reason = await failureOf(response)
+  throw new RequestFailed(
+    response.status === 413 ? `${reason} (send smaller requests with --chunk-bytes)` : reason,
+    response.status >= 500
+  )
+}
+
+/** Sends one chunk, retrying network failures and 5xx answers (safe: a chunk commits whole or not at all). */
+const postWithRetries = async (endpoint: AdminEndpoint, chunk: Chunk, options: ChunkingOptions): Promise<ImportResult> => {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await postChunk(endpoint, chunk.body)
+    } catch (error) {
+      if (!(error instanceof RequestFailed) || !error.retryable || attempt >= options.retries) throw error
+      await Bun.sleep(options.retryDelayMs * 2 ** attempt)
+    }
+  }
+}
+
+/** Imports an NDJSON stream in requests under the body limit; throws ImportStopped when one fails for good. */
+export const importNdjson = async (
+  endpoint: AdminEndpoint,
+  source: NdjsonSource,
+  options: ChunkingOptions = defaultChunking,
+  progressTo: ProgressOutput = process.stderr
+) => {
+  const progress = new ProgressReporter(source.label, source.total, progressTo)
+  const rejected: Array<{ index: number; message: string }> = []
+  let summary: ImportSummary = { object: "import_result", inserted: 0, updated: 0, rejected_count: 0, rejected, lines_read: 0, requests: 0 }
+  for await (const chunk of ndjsonChunks(source.stream, options.fromLine, options.chunkBytes)) {
+    progress.begin({ bytes: chunk.endOffset - chunk.body.byteLength, lines: chunk.firstLine - 1, hooks: 0 })
+    let result: ImportResult
+    try {
+      result = await postWithRetries(endpoint, chunk, options)
+    } catch (error) {
+      progress.stop()
+      const reason = `The request for lines ${chunk.firstLine}–${chunk.firstLine + chunk.lines - 1} failed: ${error instanceof Error ? error.message : String(error)}`
+      throw new ImportStopped(summary, chunk.firstLine, reason, source.resumeCommand(chunk.firstLine))
+    }
+    for (const rejection of result.rejected) {
+      if (rejected.length < maxReportedRejections) rejected.push({ index: chunk.firstLine + rejection.index - 1, message: rejection.message })
+    }
+    summary = {
+      ...summary,
+      inserted: summary.inserted + result.inserted,
+      updated: summary.updated + result.updated,
+      rejected_count: summary.rejected_count + result.rejected_count,
+      lines_read: chunk.firstLine + chunk.lines - 1,
+      requests: summary.requests + 1
+    }
+    progress.update({ bytes: chunk.endOffset, lines: chunk.firstLine + chunk.lines - 1, hooks: summary.inserted + summary.updated })
+  }
+  progress.stop()
+  return summary
+}
+
+/** Demo hooks 0 … count-1 as an NDJSON stream (line n is hook n-1), generated as it is read. */
+export const demoCatalogNdjson = (count: number): ReadableStream<Uint8Array> => {
+  const encoder = new TextEncoder()
+  const linesPerChunk = 500
+  let next = 0
+  return new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (next >= count) return controller.close()
+      const end = Math.min(count, next + linesPerChunk)
+      let text = ""
+      for (; next < end; next++) text += JSON.stringify(demoHook(next)) + "\n"
+      controller.enqueue(encoder.encode(text))
+    }
+  })
+}
+
+/** A JSON array file: one streamed request (its positions are the array's). */
+export const importJsonArray = async (endpoint: AdminEndpoint, path: string): Promise<ImportResult> => {
+  const response = await fetch(`${endpoint.baseUrl}/admin/catalog/hooks`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${endpoint.adminToken}`, "content-type": "application/json" },
+    body: Bun.file(path)
+  })
+  if (response.status !== 200) throw new RequestFailed(await failureOf(response), false)
+  return (await response.json()) as ImportResult
+}
+
+/**
+ * A CLI command around an import: its summary; when it stops, the partial summary (with
+ * `resume_from_line`) goes to stdout and the command fails with the reason and how to resume.
+ */
+const asCommand = <A>(run: () => Promise<A>) =>
+  Effect.tryPromise({ try: run, catch: (error) => error }).pipe(
+    Effect.catchAll((error) => {
+      if (error instanceof ImportStopped) {
+        process.stdout.write(JSON.stringify({ ...error.summary, resume_from_line: error.resumeLine }, null, 2) + "\n")
+      }
+      return Effect.die(error)
+    })
+  )
+
+const shellWord = (word: string) => (/^[\w./:@%+=-]+$/.test(word) ? word : `'${word.replace(/'/g, "'\\''")}'`)
+
+const resumeFlags = (options: ChunkingOptions, line: number) =>
+  ` --from-line ${line}${options.chunkBytes === defaultChunking.chunkBytes ? "" : ` --chunk-bytes ${options.chunkBytes}`}`
+
+/** `catalog import FILE`: NDJSON in parts (resumable), a JSON array in one request. */
+export const importCommand = (endpoint: AdminEndpoint, path: string, options: ChunkingOptions) =>
+  asCommand(async () => {
+    const file = Bun.file(path)
+    if (!(await file.exists())) throw new Error(`No file ${path}.`)
+    const format = formatOfFile(path, new Uint8Array(await file.slice(0, 64).arrayBuffer()))
+    if (format === "json") {
+      if (options.fromLine !== 1) throw new Error("--from-line applies to NDJSON files only.")
+      return importJsonArray(endpoint, path)
+    }
+    return importNdjson(endpoint, {
+      label: `importing ${path}`,
+      stream: file.stream(),
+      total: { bytes: file.size },
+      resumeCommand: (line) => `npm run admin -- catalog import ${shellWord(path)}${resumeFlags(options, line)}`
+    }, options)
+  })
+
+/** `catalog seed-demo --count N`: the demo catalog through the same import (line n is hook n-1). */
+export const seedDemoCommand = (endpoint: AdminEndpoint, count: number, options: ChunkingOptions) =>
+  asCommand(() =>
+    importNdjson(endpoint, {
+      label: "seeding the demo catalog",
+      stream: demoCatalogNdjson(count),
+      total: { lines: count },
+      resumeCommand: (line) => `npm run admin -- catalog seed-demo --count ${count}${resumeFlags(options, line)}`
+    }, options)
+  )

@@ -1,0 +1,203 @@
+/**
+ * Cutting an import body into records, chunk by chunk in constant memory: NDJSON by lines (the
+ * index is the 1-based line number; blank lines are skipped but counted), a JSON array by its
+ * elements at depth 1 (the index is the element's 0-based position).
+ */
+export type ImportFormat = "json" | "ndjson"
+
+/** A body that is not an array of hooks at all (nothing was imported). */
+export class NotAHookArray extends Error {}
+
+/** One record cut out of the stream: its position, and its text or why it could not be read. */
+export type Piece = { readonly index: number; readonly text: string } | { readonly index: number; readonly problem: string }
+
+export interface Splitter {
+  /** Cuts records out of the next chunk. */
+  readonly push: (chunk: Uint8Array) => Array<Piece>
+  /** The records left when the stream ends. */
+  readonly end: () => Array<Piece>
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+const decode = (bytes: Uint8Array): string | null => {
+  try {
+    return utf8.decode(bytes)
+  } catch {
+    return null
+  }
+}
+
+/** Concatenates byte slices collected for one record. */
+const joined = (parts: Array<Uint8Array>, length: number) => {
+  const out = new Uint8Array(length)
+  let at = 0
+  for (const part of parts) {
+    out.set(part, at)
+    at += part.byteLength
+  }
+  return out
+}
+
+const tooLarge = (max: number) => `the record is larger than ${max} bytes`
+
+/** NDJSON: records end at a newline; the index is the 1-based line number. */
+export const ndjsonSplitter = (maxBytes: number): Splitter => {
+  let line = 1
+  let parts: Array<Uint8Array> = []
+  let length = 0
+  let overflow = false
+  const finish = (): Array<Piece> => {
+    const index = line++
+    const bytes = joined(parts, length)
+    const wasOverflow = overflow
+    parts = []
+    length = 0
+    overflow = false
+    if (wasOverflow) return [{ index, problem: tooLarge(maxBytes) }]
+    const text = decode(bytes)
+    if (text === null) return [{ index, problem: "the line is not valid UTF-8" }]
+    return text.trim() === "" ? [] : [{ index, text }]
+  }
+  return {
+    push: (chunk) => {
+      const pieces: Array<Piece> = []
+      let from = 0
+      for (;;) {
+        const newline = chunk.indexOf(0x0a, from)
+        const slice = chunk.subarray(from, newline === -1 ? chunk.byteLength : newline)
+        if (!overflow) {
+          if (length + slice.byteLength > maxBytes) {
+            overflow = true
+            parts = []
+          } else if (slice.byteLength > 0) {
+            parts.push(slice.slice())
+          }
+          length += slice.byteLength
+        }
+        if (newline === -1) return pieces
+        pieces.push(...finish())
+        from = newline + 1
+      }
+    },
+    end: () => (length > 0 || overflow ? finish() : [])
+  }
+}
+
+export const isSpace = (byte: number) => byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09
+
+/**
+ * A JSON array: elements are cut at depth 1 by tracking strings and brackets only, so a broken
+ * element is reported on its own and the rest of the array is still read. The index is the
+ * element's 0-based position.
+ */
+export const jsonArraySplitter = (maxBytes: number): Splitter => {
+  type State = "start" | "value" | "after" | "done" | "trailing"
+  let state: State = "start"
+  let index = 0
+  let depth = 0
+  let inString = false
+  let escaped = false
+  let parts: Array<Uint8Array> = []
+  let length = 0
+  let overflow = false
+  let bomChecked = false
+
+  const take = (slice: Uint8Array) => {
+    if (overflow) return
+    if (length + slice.byteLength > maxBytes) {
+      overflow = true
+      parts = []
+    } else {
+      parts.push(slice.slice())
+    }
+    length += slice.byteLength
+  }
+  const finish = (): Piece => {
+    const at = index++
+    const bytes = joined(parts, length)
+    const wasOverflow = overflow
+    parts = []
+    length = 0
+    overflow = false
+    if (wasOverflow) return { index: at, problem: tooLarge(maxBytes) }
+    const text = decode(bytes)
+    return text === null ? { index: at, problem: "the record is not valid UTF-8" } : { index: at, text }
+  }
+
+  return {
+    push: (input) => {
+      let chunk = input
+      if (!bomChecked && chunk.byteLength > 0) {
+        bomChecked = true
+        if (chunk[0] === 0xef && chunk[1] === 0xbb && chunk[2] === 0xbf) chunk = chunk.subarray(3)
+      }
+      const pieces: Array<Piece> = []
+      let valueStart = state === "value" ? 0 : -1
+      for (let i = 0; i < chunk.byteLength; i++) {
+        const byte = chunk[i]
+        if (state === "value") {
+          if (inString) {
+            if (escaped) escaped = false
+            else if (byte === 0x5c) escaped = true
+            else if (byte === 0x22) inString = false
+            continue
+          }
+          if (byte === 0x22) inString = true
+          else if (byte === 0x7b || byte === 0x5b) depth++
+          else if (byte === 0x7d || byte === 0x5d) {
+            if (depth === 0) {
+              // The array's own closing bracket ends a bare value.
+              take(chunk.subarray(valueStart, i))
+              pieces.push(finish())
+              state = "done"
+              continue
+            }
+            depth--
+          } else if (byte === 0x2c && depth === 0) {
+            take(chunk.subarray(valueStart, i))
+            pieces.push(finish())
+            state = "after"
+            continue
+          }
+          continue
+        }
+        if (isSpace(byte)) continue
+        if (state === "start") {
+          if (byte !== 0x5b) throw new NotAHookArray("The body must be a JSON array of hooks, or NDJSON sent with Content-Type application/x-ndjson.")
+          state = "after"
+        } else if (state === "after") {
+          if (byte === 0x5d) state = "done"
+          else if (byte !== 0x2c) {
+            state = "value"
+            valueStart = i
+            depth = 0
+            inString = false
+            escaped = false
+            i-- // re-read this byte as the value's first
+          }
+        } else if (state === "done") {
+          pieces.push({ index, problem: "unexpected data after the end of the JSON array (ignored)" })
+          state = "trailing"
+        }
+      }
+      if (state === "value") take(chunk.subarray(valueStart))
+      return pieces
+    },
+    end: () => {
+      if (state === "start") throw new NotAHookArray("The body is empty: send a JSON array of hooks.")
+      if (state === "value") {
+        const last = finish()
+        return [
+          "text" in last ? { index: last.index, problem: "the JSON array is not closed (the body ended inside this record)" } : last
+        ]
+      }
+      if (state === "after") return [{ index, problem: "the JSON array is not closed" }]
+      return []
+    }
+  }
+}
+
+
+/** The splitter for a format, with the largest record it accepts. */
+export const splitterFor = (format: ImportFormat, maxRecordBytes: number): Splitter =>
+  format === "ndjson" ? ndjsonSplitter(maxRecordBytes) : jsonArraySplitter(maxRecordBytes)
