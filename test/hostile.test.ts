@@ -361,3 +361,35 @@ describe("a client hanging up", () => {
     }
   }, 120_000)
 })
+
+describe("the substring fallback (a q with no searchable word)", () => {
+  test("past the newest entries it finds matches through the trigram index, with % and _ taken literally", async () => {
+    // A walk window of 5: the fallback walks the newest entry, then looks the older ones up.
+    const narrow = await startTestServer({ SEARCH_WALK_WINDOW: "5", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
+    try {
+      const { accountId, key } = await narrow.account({ plan: "pro", monthly_balance: 20 })
+      const texts = ["Start: the_%and finish", "Start: theXYZand finish", "Plain words only", "Odd: the_%and again", "Newest: nothing here"]
+      const imported = await narrow.admin("/admin/catalog/hooks", {
+        method: "POST",
+        headers: { "content-type": "application/x-ndjson" },
+        rawBody: texts.map((text, i) =>
+          JSON.stringify({ text, platform: "tiktok", source_url: `https://fallback.example/${i}`, published_at: new Date(Date.UTC(2026, 0, 1 + i)).toISOString() })
+        ).join("\n")
+      })
+      expect(imported.status).toBe(200)
+      const page = await narrow.request<{ data: ReadonlyArray<{ text: string }> }>(`/v1/hooks/search?q=${encodeURIComponent("the_%and")}`, { key })
+      expect(page.status).toBe(200)
+      expect(page.body.data.map((hook) => hook.text)).toEqual(["Odd: the_%and again", "Start: the_%and finish"])
+      expect(page.headers.get("x-credits-charged")).toBe("1")
+      // No trigram in the pattern: the plain scan finds it all the same.
+      const symbols = await narrow.request<{ data: ReadonlyArray<{ text: string }> }>(`/v1/hooks/search?q=${encodeURIComponent("_%")}`, { key })
+      expect(symbols.body.data.map((hook) => hook.text)).toEqual(["Odd: the_%and again", "Start: the_%and finish"])
+      const state = await ledgerState(narrow.db, accountId)
+      expect(state.monthly + state.topup).toBe(18)
+      expect(state.pendingHolds).toBe(0)
+      expect(state.monthly).toBe(state.journalMonthly)
+    } finally {
+      await narrow.close()
+    }
+  }, 60_000)
+})
