@@ -5,7 +5,7 @@
  * or a suspension takes effect within a second on every server process.
  */
 import { SqlClient } from "@effect/sql"
-import { Cache, Config, Duration, Effect, Option, Schema } from "effect"
+import { Cache, Config, Duration, Effect, Fiber, Option, Schema } from "effect"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { toTimestamp } from "../Schemas.js"
 import { allScopes, Plan, Scope } from "./Api.js"
@@ -67,8 +67,8 @@ export class Auth extends Effect.Service<Auth>()("hookline/Auth", {
     const findKey = (plainKey: string) =>
       Duration.toMillis(config.cacheTtl) > 0
         // Concurrent gets share one lookup, run by the first: that request hanging up must not
-        // interrupt it for the others (they would answer 503).
-        ? Effect.uninterruptible(cache.get(sha256Hex(plainKey)))
+        // interrupt it for the others (they would answer 503), so it runs in a fiber of its own.
+        ? Effect.flatMap(Effect.forkDaemon(cache.get(sha256Hex(plainKey))), Fiber.join)
         : lookupByHash(sha256Hex(plainKey))
 
     const createKey = (accountId: string, scopes: ReadonlyArray<Scope> | undefined) =>
