@@ -4,10 +4,13 @@
  * answers, and that nothing was charged or lost (balance == sum(journal), no hold left pending).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Duration, Effect } from "effect"
 import { createHash } from "node:crypto"
 import { mkdtempSync, readFileSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { makeBoundedMemoryStore } from "../src/RateLimit/MemoryStore.js"
+import { clientOf } from "../src/RateLimit/RateLimits.js"
 import { expectEnvelope } from "./support/envelope.js"
 import {
   type AccountBody,
@@ -392,4 +395,27 @@ describe("the substring fallback (a q with no searchable word)", () => {
       await narrow.close()
     }
   }, 60_000)
+})
+
+describe("the in-process rate limit store", () => {
+  test("stays within its capacity under a flood of addresses, and forgets spent counters", async () => {
+    const { store, size } = makeBoundedMemoryStore(100)
+    const window = (key: string) => Effect.runPromise(store.fixedWindow({ key, tokens: 1, refillRate: Duration.millis(500), limit: 3 }))
+    for (let i = 0; i < 1_000; i++) await window(`auth:10.0.${i >> 8}.${i & 255}`)
+    expect(size()).toBeLessThanOrEqual(100)
+    // A counter over its limit stays over it while its window lasts...
+    for (let i = 0; i < 3; i++) await window("auth:attacker")
+    expect((await window("auth:attacker"))[0]).toBeGreaterThan(3)
+    // ...and is gone once it has run out (3 tokens of 500 ms).
+    await Bun.sleep(1_600)
+    expect((await window("auth:attacker"))[0]).toBe(1)
+  })
+
+  test("counts an IPv6 client per /64 and an IPv4-mapped one as its IPv4 address", () => {
+    expect(clientOf("2001:db8:1:2:aaaa::1")).toBe(clientOf("2001:db8:1:2:ffff:ffff:ffff:ffff"))
+    expect(clientOf("2001:db8:1:2::1")).toBe("2001:db8:1:2::/64")
+    expect(clientOf("2001:db8:1:3::1")).not.toBe(clientOf("2001:db8:1:2::1"))
+    expect(clientOf("::ffff:192.0.2.7")).toBe("192.0.2.7")
+    expect(clientOf("192.0.2.7")).toBe("192.0.2.7")
+  })
 })
