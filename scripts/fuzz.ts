@@ -43,7 +43,6 @@ try {
   const statuses = [...report.statuses].sort(([a], [b]) => a.localeCompare(b))
   console.log(`sent ${report.sent} in ${Math.round((Date.now() - started) / 1000)} s`)
   console.log(`statuses: ${statuses.map(([status, n]) => `${status}: ${n}`).join(", ")}`)
-  for (const [defect, n] of report.known) console.log(`known defect (another branch fixes it): ${defect}: ${n}`)
   console.log(`ledger: charged (sum of X-Credits-Charged) ${report.charged}, wallet moved ${moved}; ` +
     `balance == sum(journal): ${after.monthly === after.journalMonthly && after.topup === after.journalTopup}; pending holds: ${after.pendingHolds}`)
   const ledgerOk = moved === report.charged && after.monthly === after.journalMonthly && after.topup === after.journalTopup &&

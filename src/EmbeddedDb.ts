@@ -7,6 +7,7 @@
  * - No LISTEN/NOTIFY in this mode; background work polls.
  */
 import { PGlite } from "@electric-sql/pglite"
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
 import { createPgConfig } from "@electric-sql/pglite/node-postgres"
 import { SqlError } from "@effect/sql/SqlError"
 import { Data, Effect } from "effect"
@@ -63,7 +64,8 @@ export const embeddedPool = (dataDir: string, types: Pg.CustomTypesConfig) =>
     yield* acquireLock(dataDir)
     const pglite = yield* Effect.acquireRelease(
       Effect.tryPromise({
-        try: () => PGlite.create(join(dataDir, "pgdata")),
+        // pg_trgm bounds the search's substring fallback (migrations/0006_substring_search.ts).
+        try: () => PGlite.create(join(dataDir, "pgdata"), { extensions: { pg_trgm } }),
         catch: (cause) => new SqlError({ cause, message: "Failed to open the embedded database" })
       }),
       (db) => Effect.promise(() => db.close())

@@ -4,10 +4,13 @@
  * answers, and that nothing was charged or lost (balance == sum(journal), no hold left pending).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Duration, Effect } from "effect"
 import { createHash } from "node:crypto"
 import { mkdtempSync, readFileSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { makeBoundedMemoryStore } from "../src/RateLimit/MemoryStore.js"
+import { clientOf } from "../src/RateLimit/RateLimits.js"
 import { expectEnvelope } from "./support/envelope.js"
 import {
   type AccountBody,
@@ -360,4 +363,59 @@ describe("a client hanging up", () => {
       await quick.close()
     }
   }, 120_000)
+})
+
+describe("the substring fallback (a q with no searchable word)", () => {
+  test("past the newest entries it finds matches through the trigram index, with % and _ taken literally", async () => {
+    // A walk window of 5: the fallback walks the newest entry, then looks the older ones up.
+    const narrow = await startTestServer({ SEARCH_WALK_WINDOW: "5", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
+    try {
+      const { accountId, key } = await narrow.account({ plan: "pro", monthly_balance: 20 })
+      const texts = ["Start: the_%and finish", "Start: theXYZand finish", "Plain words only", "Odd: the_%and again", "Newest: nothing here"]
+      const imported = await narrow.admin("/admin/catalog/hooks", {
+        method: "POST",
+        headers: { "content-type": "application/x-ndjson" },
+        rawBody: texts.map((text, i) =>
+          JSON.stringify({ text, platform: "tiktok", source_url: `https://fallback.example/${i}`, published_at: new Date(Date.UTC(2026, 0, 1 + i)).toISOString() })
+        ).join("\n")
+      })
+      expect(imported.status).toBe(200)
+      const page = await narrow.request<{ data: ReadonlyArray<{ text: string }> }>(`/v1/hooks/search?q=${encodeURIComponent("the_%and")}`, { key })
+      expect(page.status).toBe(200)
+      expect(page.body.data.map((hook) => hook.text)).toEqual(["Odd: the_%and again", "Start: the_%and finish"])
+      expect(page.headers.get("x-credits-charged")).toBe("1")
+      // No trigram in the pattern: the plain scan finds it all the same.
+      const symbols = await narrow.request<{ data: ReadonlyArray<{ text: string }> }>(`/v1/hooks/search?q=${encodeURIComponent("_%")}`, { key })
+      expect(symbols.body.data.map((hook) => hook.text)).toEqual(["Odd: the_%and again", "Start: the_%and finish"])
+      const state = await ledgerState(narrow.db, accountId)
+      expect(state.monthly + state.topup).toBe(18)
+      expect(state.pendingHolds).toBe(0)
+      expect(state.monthly).toBe(state.journalMonthly)
+    } finally {
+      await narrow.close()
+    }
+  }, 60_000)
+})
+
+describe("the in-process rate limit store", () => {
+  test("stays within its capacity under a flood of addresses, and forgets spent counters", async () => {
+    const { store, size } = makeBoundedMemoryStore(100)
+    const window = (key: string) => Effect.runPromise(store.fixedWindow({ key, tokens: 1, refillRate: Duration.millis(500), limit: 3 }))
+    for (let i = 0; i < 1_000; i++) await window(`auth:10.0.${i >> 8}.${i & 255}`)
+    expect(size()).toBeLessThanOrEqual(100)
+    // A counter over its limit stays over it while its window lasts...
+    for (let i = 0; i < 3; i++) await window("auth:attacker")
+    expect((await window("auth:attacker"))[0]).toBeGreaterThan(3)
+    // ...and is gone once it has run out (3 tokens of 500 ms).
+    await Bun.sleep(1_600)
+    expect((await window("auth:attacker"))[0]).toBe(1)
+  })
+
+  test("counts an IPv6 client per /64 and an IPv4-mapped one as its IPv4 address", () => {
+    expect(clientOf("2001:db8:1:2:aaaa::1")).toBe(clientOf("2001:db8:1:2:ffff:ffff:ffff:ffff"))
+    expect(clientOf("2001:db8:1:2::1")).toBe("2001:db8:1:2::/64")
+    expect(clientOf("2001:db8:1:3::1")).not.toBe(clientOf("2001:db8:1:2::1"))
+    expect(clientOf("::ffff:192.0.2.7")).toBe("192.0.2.7")
+    expect(clientOf("192.0.2.7")).toBe("192.0.2.7")
+  })
 })

@@ -11,9 +11,11 @@ import { type HookCategory, HookLean, type HookRich } from "./Api.js"
 import {
   catalogVersionSql,
   categoryExistsSql,
+  hasSearchableWordSql,
   hookSql,
   listPageSql,
   searchPageSql,
+  substringPageSql,
   topSortMs,
   upsertHooksParams,
   upsertHooksSql
@@ -69,6 +71,7 @@ const decodeSearchRows = pageRows(SearchRow)
 const decodeListRows = pageRows(ListRow)
 const decodeRichRows = rowsOf(RichRow)
 const decodeFound = rowsOf(Schema.Struct({ found: Schema.Boolean }))
+const decodeSearchable = rowsOf(Schema.Struct({ searchable: Schema.Boolean }))
 const decodeVersion = rowsOf(Schema.Struct({ version: Schema.Number }))
 const decodeInserted = rowsOf(Schema.Struct({ inserted: Schema.Boolean }))
 
@@ -118,6 +121,8 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
     const sql = yield* SqlClient.SqlClient
     const config = yield* CatalogConfig
     const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(config.cacheEntries)
+    /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
+    const searchableQueries = lruCache<boolean>(config.cacheEntries)
 
     const query = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
       sql.unsafe(text, params as Array<unknown>).pipe(Effect.flatMap(decode))
@@ -174,15 +179,38 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
       }
     }
 
+    const hasSearchableWord = (normalised: string) => {
+      const known = searchableQueries.get(normalised)
+      return known !== undefined
+        ? Effect.succeed(known)
+        : query(decodeSearchable, hasSearchableWordSql, [normalised]).pipe(
+          Effect.map((rows) => rows[0]?.searchable === true),
+          Effect.tap((searchable) => searchableQueries.set(normalised, searchable))
+        )
+    }
+
+    /**
+     * The rows of one search page: ranked full-text matches, or for a query with no searchable
+     * word the substring fallback, bounded by its trigram index (hook_substring_page).
+     */
+    const searchRows = (normalised: string, after: Option.Option<SearchPosition>) =>
+      Effect.flatMap(hasSearchableWord(normalised), (searchable) =>
+        searchable
+          ? query(decodeSearchRows, searchPageSql, Option.match(after, {
+            onNone: () => [normalised, null, null, null, pageSize + 1, config.searchWalkWindow],
+            onSome: ([k1, k2, id]) => [normalised, k1, k2, id, pageSize + 1, config.searchWalkWindow]
+          }))
+          : query(decodeSearchRows, substringPageSql, Option.match(after, {
+            onNone: () => [normalised, null, null, pageSize + 1, config.searchWalkWindow],
+            onSome: ([, k2, id]) => [normalised, k2, id, pageSize + 1, config.searchWalkWindow]
+          })))
+
     /** One page of search results for a normalised query with a searchable or substring match. */
     const search = (normalised: string, after: Option.Option<SearchPosition>) =>
       cachedFirstPage(
         `search\0${normalised}`,
         Option.isNone(after),
-        query(decodeSearchRows, searchPageSql, Option.match(after, {
-          onNone: () => [normalised, null, null, null, pageSize + 1, config.searchWalkWindow],
-          onSome: ([k1, k2, id]) => [normalised, k1, k2, id, pageSize + 1, config.searchWalkWindow]
-        })).pipe(
+        searchRows(normalised, after).pipe(
           Effect.map((rows) => toPage(rows, (row): SearchPosition => [row.k1, row.k2, row.id])),
           orDieOnDb
         )

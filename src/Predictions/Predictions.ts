@@ -439,7 +439,8 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         if (Either.isLeft(copied)) {
           return yield* failLanded(target, { sizeBytes: size.value, kind: null, blobKey: uploadedKey }, {
             type: "unsupported_media",
-            message: copied.left.message
+            // The PUT's own 415 says to upload again; a job's error says what the file was.
+            message: copied.left._tag === "UnsupportedMediaType" ? "The file is not an MP4, MOV or WebM video." : copied.left.message
           })
         }
         const landed = yield* Effect.either(land(target, copied.right, null))

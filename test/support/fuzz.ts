@@ -194,14 +194,6 @@ export interface Outcome {
   readonly problem: string | null
 }
 
-/**
- * Defects known and being fixed on another branch, counted apart instead of failing the run:
- * issue 14 item 2, a multipart Content-Type on a JSON route answers 500 (src/Http.ts, the lead's).
- * Once that fix is merged this count is 0, and this exception should go.
- */
-const knownDefect = (r: HostileRequest, outcome: Outcome): string | null =>
-  outcome.status === 500 && r.body?.type?.startsWith("multipart/") === true ? "multipart on a JSON route → 500 (issue 14 item 2)" : null
-
 /** A request's method, path with query, and headers, as they go on the wire. */
 const prepare = (target: FuzzTarget, r: HostileRequest) => {
   const path = r.route[1].replace("{id}", encodeURIComponent(r.id))
@@ -326,8 +318,6 @@ export interface FuzzReport {
   /** Sum of X-Credits-Charged over the 2xx answers. */
   readonly charged: number
   readonly problems: ReadonlyArray<string>
-  /** Answers matching a known defect (see knownDefect), by defect. */
-  readonly known: ReadonlyMap<string, number>
 }
 
 /**
@@ -366,7 +356,6 @@ export const runFuzz = async (
 ): Promise<FuzzReport> => {
   const statuses = new Map<string, number>()
   const problems: Array<string> = []
-  const known = new Map<string, number>()
   let charged = 0
   let sent = 0
   const batchSize = 1_000
@@ -380,14 +369,12 @@ export const runFuzz = async (
         const outcome = await sendHostile(target, request)
         statuses.set(String(outcome.status), (statuses.get(String(outcome.status)) ?? 0) + 1)
         charged += outcome.charged
-        const defect = knownDefect(request, outcome)
-        if (defect !== null) known.set(defect, (known.get(defect) ?? 0) + 1)
-        else if (outcome.problem !== null) problems.push(outcome.problem)
+        if (outcome.problem !== null) problems.push(outcome.problem)
       }
     }
     await Promise.all(Array.from({ length: options.concurrency }, worker))
     sent += size
     options.onProgress?.(sent)
   }
-  return { sent, statuses, charged, problems, known }
+  return { sent, statuses, charged, problems }
 }
