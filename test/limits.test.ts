@@ -107,6 +107,25 @@ describe("request bodies", () => {
     expect(bodyBytesWritten).toBeLessThan(32 * 1024 * 1024)
   })
 
+  test("a client that hangs up in the middle of a chunked body leaves the server answering as before", async () => {
+    const port = Number(new URL(server.url).port)
+    for (let i = 0; i < 5; i++) {
+      await new Promise<void>((resolve) => {
+        const socket = connect(port, "127.0.0.1", () => {
+          socket.write("POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+          socket.write('5\r\n{"upl\r\n')
+          setTimeout(() => {
+            socket.destroy()
+            resolve()
+          }, 50)
+        })
+        socket.on("error", () => resolve())
+      })
+    }
+    const { key } = await server.account()
+    expect((await server.request("/v1/wallet", { key })).status).toBe(200)
+  })
+
   test("a chunked JSON body under the limit is read and decoded as usual", async () => {
     const { key } = await server.account()
     const body = new ReadableStream({

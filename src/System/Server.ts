@@ -58,22 +58,25 @@ const refusal = (status: number, type: string, message: string, requestId: strin
   })
 
 /**
- * Reads a body of unknown length, counting bytes as they arrive. Returns the bytes, or null the
- * moment the count passes `limit` (the rest is never read: the connection is closed instead).
+ * Reads a body of unknown length, counting bytes as they arrive. Returns the bytes; "too large"
+ * the moment the count passes `limit` (the rest is never read: the connection is closed instead);
+ * "broken" when the body ends in error (the client went away mid-body).
  */
-const readBounded = async (body: ReadableStream<Uint8Array>, limit: number): Promise<Uint8Array<ArrayBuffer> | null> => {
+const readBounded = async (body: ReadableStream<Uint8Array>, limit: number): Promise<Uint8Array<ArrayBuffer> | "too large" | "broken"> => {
   const reader = body.getReader()
   const chunks: Array<Uint8Array> = []
   let size = 0
   for (;;) {
-    const { done, value } = await reader.read()
-    if (done) break
-    size += value.byteLength
+    // A body that breaks off (the client went away mid-chunk) is answered, not thrown.
+    const read = await reader.read().catch(() => null)
+    if (read === null) return "broken"
+    if (read.done) break
+    size += read.value.byteLength
     if (size > limit) {
       void reader.cancel().catch(() => {})
-      return null
+      return "too large"
     }
-    chunks.push(value)
+    chunks.push(read.value)
   }
   const bytes = new Uint8Array(new ArrayBuffer(size))
   let offset = 0
@@ -268,7 +271,8 @@ const admitted = async (
       if (Number(declared) > maxJsonBodyBytes) return tooLarge()
     } else {
       const body = await readBounded(request.body, maxJsonBodyBytes)
-      if (body === null) return tooLarge()
+      if (body === "too large") return tooLarge()
+      if (body === "broken") return refusal(422, "validation_error", "request: the body broke off before its end", requestId, true)
       forwarded = new Request(request.url, { method: request.method, headers: request.headers, body, signal: request.signal })
     }
   }
