@@ -4,7 +4,7 @@
  * admission, head and body limits, sampling, the access log) is the front door's,
  * src/System/Server.ts.
  */
-import { HttpApiBuilder, HttpApiError, HttpApp, HttpServerError, HttpServerRequest, Multipart } from "@effect/platform"
+import { HttpApiBuilder, HttpApiError, HttpApp, HttpServerError, Multipart } from "@effect/platform"
 import { Cause, Effect, Layer, Option } from "effect"
 import { AdminHandlers } from "./Admin/Http.js"
 import { HooklineApi } from "./Api.js"
@@ -29,11 +29,6 @@ export const describeDecodeError = (error: HttpApiError.HttpApiDecodeError): str
     .replace(/^Expected (.*), actual (.*)$/s, "must be $1, got $2")
     .replace(/^is unexpected, expected: .*$/s, "is not an allowed property")
   return `${field}: ${rule}${error.issues.length > 1 ? ` (and ${error.issues.length - 1} more)` : ""}`
-}
-
-const pathOf = (request: HttpServerRequest.HttpServerRequest) => {
-  const query = request.url.indexOf("?")
-  return query === -1 ? request.url : request.url.slice(0, query)
 }
 
 /** The request id on the server span of a traced request (a no-op when the request is not traced). */

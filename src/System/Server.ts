@@ -15,9 +15,10 @@ import { HttpApp, HttpMiddleware, HttpServer, HttpServerError, HttpServerRequest
 import { BunHttpServer } from "@effect/platform-bun"
 import type { Server as BunServer } from "bun"
 import { Config, Context, Effect, FiberRef, FiberRefs, Layer, LogLevel, Runtime, type Types } from "effect"
+import { ServerConfig } from "../Config.js"
 import { RequestId } from "../Errors.js"
 import { newId } from "../Ids.js"
-import { Sampling, type TraceSampler } from "../Observability/Sampling.js"
+import { type RequestSummary, Sampling, type TraceSampler } from "../Observability/Sampling.js"
 import { recordRequestNow } from "../Observability/Metrics.js"
 import { pathOnly, publicPath, routeOf, untracedPaths } from "../Observability/Routes.js"
 import { ShutdownGate } from "./Shutdown.js"
@@ -41,7 +42,7 @@ export interface ServeOptions {
 
 const FrontDoorConfig = Config.all({
   headLimit: HeaderLimitConfig,
-  maxJsonBodyBytes: Config.integer("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024))
+  maxJsonBodyBytes: Config.map(ServerConfig, (config) => config.maxJsonBodyBytes)
 })
 
 const incomingRequestId = /^[A-Za-z0-9_.:-]{1,128}$/
@@ -168,7 +169,7 @@ const make = (options: ServeOptions) =>
 type WebHandler = (webRequest: Request, requestId: string, clientAddress: () => string) => Promise<Response>
 
 interface FrontDoor {
-  readonly config: typeof FrontDoorConfig extends Config.Config<infer A> ? A : never
+  readonly config: Config.Config.Success<typeof FrontDoorConfig>
   readonly admission: ShutdownGate
   readonly sampler: TraceSampler
   readonly traced: WebHandler
@@ -177,14 +178,9 @@ interface FrontDoor {
   readonly summarize: (entry: AccessEntry) => void
 }
 
-export interface AccessEntry {
-  readonly requestId: string
-  readonly method: string
-  readonly route: string
+/** What the front door knows of an answered request: the sampler's summary, plus the path and the decision. */
+export interface AccessEntry extends RequestSummary {
   readonly url: string
-  readonly status: number
-  readonly startedAt: number
-  readonly durationMs: number
   readonly sampled: boolean
 }
 
