@@ -1,7 +1,7 @@
 /** Accounts as operators manage them: creation, plan changes and suspension. */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
-import type { Plan } from "../Auth/Api.js"
+import type { Plan } from "../Auth/Domain.js"
 import { grantFor, hasApiAccess, planRules } from "../Auth/Plans.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"

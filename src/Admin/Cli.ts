@@ -22,7 +22,7 @@ import { demoCategories } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
 import { databaseInUse, missingDataDir } from "./Target.js"
 import { defaultChunking, importCommand, seedDemoCommand } from "./ImportCommand.js"
-import type { Plan, Scope } from "../Auth/Api.js"
+import type { Plan, Scope } from "../Auth/Domain.js"
 import { usageCommand, usageHelp, usageOptions } from "./UsageCli.js"
 
 const usage = `Usage: npm run admin -- <command>

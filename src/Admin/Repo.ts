@@ -4,7 +4,7 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { Plan } from "../Auth/Api.js"
+import { Plan } from "../Auth/Domain.js"
 
 export const AccountRow = Schema.Struct({
   id: Schema.String,

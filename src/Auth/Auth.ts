@@ -7,7 +7,7 @@
 import { Config, Duration, Effect, Option } from "effect"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { toTimestamp } from "../Schemas.js"
-import { allScopes, type Plan, type Scope } from "./Api.js"
+import { allScopes, type Plan, type Scope } from "./Domain.js"
 import { KeysRepo } from "./Repo.js"
 
 export const AuthConfig = Config.all({

@@ -6,7 +6,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { StatementRunner } from "../Sql.js"
-import { Plan, Scope } from "./Api.js"
+import { Plan, Scope } from "./Domain.js"
 
 /** A live key and what its account may do. */
 export const KeyOwnerRow = Schema.Struct({
