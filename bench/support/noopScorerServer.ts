@@ -17,7 +17,7 @@ const NoopScorer = Layer.succeed(
   })
 )
 
-Layer.launch(appLayer(ServerLive, { background: true, scorer: NoopScorer })).pipe(
+Layer.launch(appLayer(ServerLive).pipe(Layer.provide(NoopScorer))).pipe(
   Effect.provide(LoggingLive),
   (main) => BunRuntime.runMain(main, { disablePrettyLogger: true })
 )

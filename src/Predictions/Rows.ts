@@ -1,5 +1,5 @@
 /** The prediction and upload rows as read from the database, and the Prediction they make. */
-import { Schema } from "effect"
+import { Clock, Duration, Effect, Option, Schema } from "effect"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { Band, type Prediction, PredictionErrorType, PredictionStatus } from "./Api.js"
 
@@ -48,3 +48,21 @@ export const toPrediction = (row: PredictionRow): Prediction => ({
     : { band: row.result.band, hook_duration_sec: row.result.hook_duration_sec, category: row.result.category },
   error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "" }
 })
+
+/**
+ * The repositories' boundary: a statement's SQL and decoding failures are defects (they roll
+ * back the caller's transaction and become a logged 500), and each method has its span.
+ */
+export const repoBoundary = (repo: string) =>
+<Args extends ReadonlyArray<unknown>, A, E>(name: string, run: (...args: Args) => Effect.Effect<A, E>) =>
+(...args: Args): Effect.Effect<A> => run(...args).pipe(Effect.orDie, Effect.withSpan(`${repo}.${name}`))
+
+/** Whether a conditional statement moved a row. */
+export const moved = <A, E>(found: Effect.Effect<Option.Option<A>, E>) => Effect.map(found, Option.isSome)
+
+/** The current time, from Effect's Clock (a TestClock in tests): every timeout is measured on it. */
+export const currentDate = Effect.map(Clock.currentTimeMillis, (millis) => new Date(millis))
+
+/** The instant `duration` before now, by the same Clock. */
+export const dateBefore = (duration: Duration.Duration) =>
+  Effect.map(Clock.currentTimeMillis, (millis) => new Date(millis - Duration.toMillis(duration)))
