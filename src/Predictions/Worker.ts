@@ -23,11 +23,37 @@ import { WorkSignal } from "./WorkSignal.js"
 
 class LostClaim extends Data.TaggedError("LostClaim")<{}> {}
 
+/**
+ * Scores a claimed job's clip: its outcome, never an error (a scorer's defect fails the job
+ * with analysis_failed).
+ */
+export const scoreJob = (blobs: BlobStore, scorer: ClipScorer) => (job: ClaimedJob): Effect.Effect<Outcome> =>
+  (job.blob_key === null
+    ? Effect.dieMessage(`Job ${job.id} has no stored file`)
+    : blobs.withLocalFile(job.blob_key, (path) => scorer.score({ path }))).pipe(
+      Effect.map((score): Outcome => ({ status: "succeeded", score })),
+      Effect.catchTag("ScoreFailure", (failure) =>
+        Effect.succeed<Outcome>({
+          status: "failed",
+          type: failure.type,
+          message: failure.message,
+          durationSec: failure.durationSec
+        })),
+      Effect.catchAllDefect((defect) =>
+        Effect.logError("clip analysis failed", Cause.die(defect)).pipe(
+          Effect.as<Outcome>({
+            status: "failed",
+            type: "analysis_failed",
+            message: "The clip could not be analysed.",
+            durationSec: null
+          })
+        ))
+    )
+
 export const WorkerLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const jobs = yield* PredictionJobs
-    const scorer = yield* ClipScorer
-    const blobs = yield* BlobStore
+    const score = scoreJob(yield* BlobStore, yield* ClipScorer)
     const signal = yield* WorkSignal
     const mode = yield* DatabaseMode
     const config = jobs.config
@@ -45,29 +71,6 @@ export const WorkerLive = Layer.scopedDiscard(
     const handBack = (id: string) =>
       jobs.handBack(id, workerId).pipe(Effect.catchAllCause((cause) => Effect.logWarning("could not hand a job back", cause)))
 
-    const scoreJob = (job: ClaimedJob): Effect.Effect<Outcome> =>
-      (job.blob_key === null
-        ? Effect.dieMessage(`Job ${job.id} has no stored file`)
-        : blobs.withLocalFile(job.blob_key, (path) => scorer.score({ path }))).pipe(
-        Effect.map((score): Outcome => ({ status: "succeeded", score })),
-        Effect.catchTag("ScoreFailure", (failure) =>
-          Effect.succeed<Outcome>({
-            status: "failed",
-            type: failure.type,
-            message: failure.message,
-            durationSec: failure.durationSec
-          })),
-        Effect.catchAllDefect((defect) =>
-          Effect.logError("clip analysis failed", Cause.die(defect)).pipe(
-            Effect.as<Outcome>({
-              status: "failed",
-              type: "analysis_failed",
-              message: "The clip could not be analysed.",
-              durationSec: null
-            })
-          ))
-      )
-
     const work = (job: ClaimedJob) =>
       Effect.gen(function*() {
         const started = yield* Clock.currentTimeMillis
@@ -77,7 +80,7 @@ export const WorkerLive = Layer.scopedDiscard(
             Effect.flatMap(Clock.currentTimeMillis, (now) => recordJobRun(outcome, (now - started) / 1000))
           )
         yield* Effect.gen(function*() {
-          const outcome = yield* Effect.raceFirst(scoreJob(job), heartbeat(job.id))
+          const outcome = yield* Effect.raceFirst(score(job), heartbeat(job.id))
           const finished = yield* jobs.finishAndDiscard(job.id, outcome, { _tag: "HeldBy", workerId })
           yield* ran(finished ? outcome.status : "lost")
         }).pipe(
