@@ -130,6 +130,15 @@ const account = (monthly: number) =>
     return { accountId, keyId, plan: "pro" }
   }).pipe(Effect.orDie)
 
+/** An account with `monthly` credits and an upload link of its own, made now (by the TestClock). */
+const linkFor = (monthly: number) =>
+  Effect.gen(function*() {
+    const caller = yield* account(monthly)
+    const link = yield* Effect.flatMap(PredictionUploads, (uploads) => uploads.createUploadLink(caller))
+    const token = link.upload_url.split("/").pop() ?? ""
+    return { caller, link, put: (bytes: Uint8Array) => Effect.flatMap(PredictionUploads, (uploads) => uploads.receive(token, body(bytes), null)) }
+  })
+
 /** What a worker does with the next job: claim it, score it with the ClipScorer, finish it. */
 const workNextJob = (workerId: string) =>
   Effect.gen(function*() {
@@ -148,11 +157,8 @@ const statusOf = (predictionId: string) =>
 describe("the prediction lifecycle, services alone", () => {
   test("a landed clip is queued with 20 reserved; its success settles the 20 and deletes the file", async () => {
     const { caller, link } = await run(Effect.gen(function*() {
-      const caller = yield* account(100)
-      const uploads = yield* PredictionUploads
-      const link = yield* uploads.createUploadLink(caller)
-      const token = link.upload_url.split("/").pop() ?? ""
-      const receipt = yield* uploads.receive(token, body(clip("a fine clip")), null)
+      const { caller, link, put } = yield* linkFor(100)
+      const receipt = yield* put(clip("a fine clip"))
       expect(receipt).toEqual({ object: "upload", upload_id: link.upload_id, status: "received" })
       expect(yield* statusOf(link.prediction_id)).toEqual(Option.some("queued"))
       return { caller, link }
@@ -170,10 +176,8 @@ describe("the prediction lifecycle, services alone", () => {
 
   test("a clip the scorer cannot read fails the job and refunds the 20", async () => {
     const { caller, link } = await run(Effect.gen(function*() {
-      const caller = yield* account(100)
-      const uploads = yield* PredictionUploads
-      const link = yield* uploads.createUploadLink(caller)
-      yield* uploads.receive(link.upload_url.split("/").pop() ?? "", body(clip("unreadable")), null)
+      const { caller, link, put } = yield* linkFor(100)
+      yield* put(clip("unreadable"))
       expect(yield* workNextJob("worker-a")).toBe(true)
       return { caller, link }
     }))
@@ -188,17 +192,14 @@ describe("the prediction lifecycle, services alone", () => {
 
   test("a link unused past UPLOAD_LINK_TTL answers 410; the sweep fails its job with upload_expired, nothing charged", async () => {
     const outcome = await run(Effect.gen(function*() {
-      const caller = yield* account(100)
-      const uploads = yield* PredictionUploads
+      const { caller, link, put } = yield* linkFor(100)
       const sweeper = yield* PredictionsSweeper
-      const link = yield* uploads.createUploadLink(caller)
-      const token = link.upload_url.split("/").pop() ?? ""
       // Still open a second before it runs out; the sweep leaves it alone.
       yield* TestClock.adjust("899 seconds")
       yield* sweeper.sweep
       expect(yield* statusOf(link.prediction_id)).toEqual(Option.some("awaiting_upload"))
       yield* TestClock.adjust("2 seconds")
-      const late = yield* Effect.flip(uploads.receive(token, body(clip("too late")), null))
+      const late = yield* Effect.flip(put(clip("too late")))
       expect(late._tag).toBe("UploadExpired")
       yield* sweeper.sweep
       return { caller, link }
@@ -212,10 +213,8 @@ describe("the prediction lifecycle, services alone", () => {
 
   test("a prediction is visible to its key for PREDICTION_RETENTION (24 hours), then not found", async () => {
     const answers = await run(Effect.gen(function*() {
-      const caller = yield* account(100)
-      const uploads = yield* PredictionUploads
+      const { caller, link } = yield* linkFor(100)
       const jobs = yield* PredictionJobs
-      const link = yield* uploads.createUploadLink(caller)
       const read = jobs.get(caller, link.prediction_id).pipe(
         Effect.map((prediction) => prediction.status),
         Effect.catchTag("NotFound", (error) => Effect.succeed(error._tag))
@@ -230,12 +229,10 @@ describe("the prediction lifecycle, services alone", () => {
 
   test("a job whose worker stops heart-beating is re-queued after HEARTBEAT_TIMEOUT, failed and refunded after the last attempt", async () => {
     const { caller, link } = await run(Effect.gen(function*() {
-      const caller = yield* account(100)
-      const uploads = yield* PredictionUploads
+      const { caller, link, put } = yield* linkFor(100)
+      yield* put(clip("a clip"))
       const jobs = yield* PredictionJobs
       const sweeper = yield* PredictionsSweeper
-      const link = yield* uploads.createUploadLink(caller)
-      yield* uploads.receive(link.upload_url.split("/").pop() ?? "", body(clip("a clip")), null)
       const first = yield* jobs.claimNextJob("worker-a")
       expect(Option.map(first, (job) => job.attempts)).toEqual(Option.some(1))
 
@@ -275,12 +272,10 @@ describe("the prediction lifecycle, services alone", () => {
 
   test("a job left queued past QUEUE_TIMEOUT (1 hour) is no longer claimed; the sweep fails it with expired and refunds it", async () => {
     const { caller, link } = await run(Effect.gen(function*() {
-      const caller = yield* account(30)
-      const uploads = yield* PredictionUploads
+      const { caller, link, put } = yield* linkFor(30)
+      yield* put(clip("a clip"))
       const jobs = yield* PredictionJobs
       const sweeper = yield* PredictionsSweeper
-      const link = yield* uploads.createUploadLink(caller)
-      yield* uploads.receive(link.upload_url.split("/").pop() ?? "", body(clip("a clip")), null)
       yield* TestClock.adjust("1 hour")
       expect(yield* jobs.claimNextJob("worker-a")).toEqual(Option.none())
       yield* sweeper.sweep

@@ -170,13 +170,6 @@ const poolMax = gauge("hookline_db_pool_max_connections", "Database pool size li
 
 const predictionStates = ["awaiting_upload", "queued", "running", "succeeded", "failed"] as const
 
-interface QueueRow {
-  readonly jobs: ReadonlyArray<{ readonly status: string; readonly n: number }>
-  readonly deliveries: number
-  readonly oldestQueuedSeconds: number
-  readonly oldestDueSeconds: number
-}
-
 export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -185,20 +178,18 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
     const config = yield* MetricsConfig
 
     const readQueues = Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const jobs = yield* jobsRepo.countByStatus()
-      const oldestQueued = yield* jobsRepo.oldestQueuedSeconds(new Date(now))
+      const oldestQueued = yield* Effect.flatMap(Clock.currentTimeMillis, (now) => jobsRepo.oldestQueuedSeconds(new Date(now)))
       const [queues] = yield* sql<{ deliveries: number; oldest_due: number }>`
         SELECT
           (SELECT count(*)::int FROM webhook_deliveries WHERE status = 'pending') AS deliveries,
           COALESCE((SELECT extract(epoch FROM now() - min(next_attempt_at))::float8
                       FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()), 0) AS oldest_due`
       return {
-        jobs,
+        jobs: yield* jobsRepo.countByStatus(),
         deliveries: queues?.deliveries ?? 0,
         oldestQueuedSeconds: Math.max(0, oldestQueued),
         oldestDueSeconds: Math.max(0, queues?.oldest_due ?? 0)
-      } satisfies QueueRow
+      }
     }).pipe(orDieOnDb)
 
     const refreshDatabaseGauges = Effect.map(readQueues, (queues) => {

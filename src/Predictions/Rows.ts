@@ -49,13 +49,27 @@ export const toPrediction = (row: PredictionRow): Prediction => ({
   error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "" }
 })
 
+/** A repository's methods as its callers see them: SQL and decoding failures are not theirs to handle. */
+export type AtBoundary<T> = {
+  readonly [K in keyof T]: T[K] extends (...args: infer Args) => Effect.Effect<infer A, infer _E> ? (...args: Args) => Effect.Effect<A>
+    : never
+}
+
 /**
  * The repositories' boundary: a statement's SQL and decoding failures are defects (they roll
- * back the caller's transaction and become a logged 500), and each method has its span.
+ * back the caller's transaction and become a logged 500), and each method has its span,
+ * `<repo>.<method>`.
  */
-export const repoBoundary = (repo: string) =>
-<Args extends ReadonlyArray<unknown>, A, E>(name: string, run: (...args: Args) => Effect.Effect<A, E>) =>
-(...args: Args): Effect.Effect<A> => run(...args).pipe(Effect.orDie, Effect.withSpan(`${repo}.${name}`))
+export const atRepoBoundary = <T extends Record<string, (...args: never) => Effect.Effect<unknown, unknown>>>(
+  repo: string,
+  statements: T
+): AtBoundary<T> => {
+  const bounded: Record<string, (...args: never) => Effect.Effect<unknown>> = {}
+  for (const [name, run] of Object.entries(statements)) {
+    bounded[name] = (...args) => run(...args).pipe(Effect.orDie, Effect.withSpan(`${repo}.${name}`))
+  }
+  return bounded as AtBoundary<T>
+}
 
 /** Whether a conditional statement moved a row. */
 export const moved = <A, E>(found: Effect.Effect<Option.Option<A>, E>) => Effect.map(found, Option.isSome)

@@ -22,7 +22,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option, Schedule } from "effect"
 import { orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { failure, PredictionJobs, sweepBatch } from "./Jobs.js"
+import { PredictionJobs, sweepBatch } from "./Jobs.js"
+import { failedWith } from "./Outcome.js"
 import { currentDate, dateBefore } from "./Rows.js"
 import { jobBlobKey, PredictionUploads } from "./Uploads.js"
 import { UploadsRepo } from "./UploadsRepo.js"
@@ -54,7 +55,7 @@ export class PredictionsSweeper extends Effect.Service<PredictionsSweeper>()("ho
           const link = yield* repo.expireLink({ id: upload.id, now: yield* currentDate })
           if (Option.isNone(link)) return null
           const message = "The upload link expired before a file arrived."
-          yield* jobs.finish(link.value.prediction_id, failure("upload_expired", message), { _tag: "AwaitingUpload" })
+          yield* jobs.finish(link.value.prediction_id, failedWith("upload_expired", message), { _tag: "AwaitingUpload" })
           return link.value.prediction_id
         }).pipe(sql.withTransaction)
         if (expired !== null) yield* jobs.discardBlob(expired)
@@ -72,7 +73,7 @@ export class PredictionsSweeper extends Effect.Service<PredictionsSweeper>()("ho
           const released = yield* repo.releaseStalledReceive({ id: upload.id, startedBefore, now: yield* currentDate })
           if (Option.isSome(released) && released.value.status === "expired") {
             const message = "The upload link expired before a complete file arrived."
-            yield* jobs.finish(released.value.prediction_id, failure("upload_expired", message), { _tag: "AwaitingUpload" })
+            yield* jobs.finish(released.value.prediction_id, failedWith("upload_expired", message), { _tag: "AwaitingUpload" })
           }
         }).pipe(sql.withTransaction)
       }

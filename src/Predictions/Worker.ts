@@ -16,8 +16,9 @@ import { recordJobRun } from "../Observability/Metrics.js"
 import { linkedTo } from "../Observability/Tracing.js"
 import { DatabaseMode, listen } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { jobsChannel, type Outcome, PredictionJobs } from "./Jobs.js"
+import { jobsChannel, PredictionJobs } from "./Jobs.js"
 import type { ClaimedJob } from "./JobsRepo.js"
+import type { Outcome } from "./Outcome.js"
 import { ClipScorer } from "./Scorer.js"
 import { WorkSignal } from "./WorkSignal.js"
 
@@ -49,6 +50,14 @@ export const scoreJob = (blobs: BlobStore, scorer: ClipScorer) => (job: ClaimedJ
           })
         ))
     )
+
+/** Jobs queued by any process wake this one's workers (LISTEN); a dropped connection is opened again. */
+const listenForQueuedJobs = (signal: WorkSignal) =>
+  listen(jobsChannel).pipe(
+    Stream.runForEach(() => signal.wake),
+    Effect.catchAllCause((cause) => Effect.logWarning("LISTEN for queued jobs stopped; reconnecting", cause)),
+    Effect.repeat(Schedule.spaced("1 second"))
+  )
 
 export const WorkerLive = Layer.scopedDiscard(
   Effect.gen(function*() {
@@ -121,14 +130,7 @@ export const WorkerLive = Layer.scopedDiscard(
       }
     })
 
-    if (!mode.embedded) {
-      yield* listen(jobsChannel).pipe(
-        Stream.runForEach(() => signal.wake),
-        Effect.catchAllCause((cause) => Effect.logWarning("LISTEN for queued jobs stopped; reconnecting", cause)),
-        Effect.repeat(Schedule.spaced("1 second")),
-        Effect.forkScoped
-      )
-    }
+    if (!mode.embedded) yield* Effect.forkScoped(listenForQueuedJobs(signal))
     for (let i = 0; i < config.workerConcurrency; i++) {
       yield* Effect.forkScoped(workerLoop.pipe(Effect.annotateLogs({ worker: i })))
     }
