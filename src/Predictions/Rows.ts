@@ -1,5 +1,6 @@
 /** The prediction and upload rows as read from the database, and the Prediction they make. */
 import { Clock, Duration, Effect, Option, Schema } from "effect"
+import { traced } from "../Observability/Tracing.js"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { Band, type Prediction, PredictionErrorType, PredictionStatus } from "./Api.js"
 
@@ -58,7 +59,7 @@ export type AtBoundary<T> = {
 /**
  * The repositories' boundary: a statement's SQL and decoding failures are defects (they roll
  * back the caller's transaction and become a logged 500), and each method has its span,
- * `<repo>.<method>`.
+ * `<repo>.<method>`, in a traced fiber (Tracing.ts, `traced`).
  */
 export const atRepoBoundary = <T extends Record<string, (...args: never) => Effect.Effect<unknown, unknown>>>(
   repo: string,
@@ -66,7 +67,7 @@ export const atRepoBoundary = <T extends Record<string, (...args: never) => Effe
 ): AtBoundary<T> => {
   const bounded: Record<string, (...args: never) => Effect.Effect<unknown>> = {}
   for (const [name, run] of Object.entries(statements)) {
-    bounded[name] = (...args) => run(...args).pipe(Effect.orDie, Effect.withSpan(`${repo}.${name}`))
+    bounded[name] = (...args) => run(...args).pipe(Effect.orDie, traced(`${repo}.${name}`))
   }
   return bounded as AtBoundary<T>
 }
