@@ -162,9 +162,9 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
         const hold = holdId === null
           ? sql`hold AS (SELECT NULL::text AS id)`
           : sql`hold AS (
-            INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at)
+            INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
             SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${options.operation},
-                   ${options.referenceId ?? null}, ${options.requestId ?? null}, ${expiresAt}
+                   ${options.referenceId ?? null}, ${options.requestId ?? null}, ${expiresAt}, period_end
               FROM upd
             RETURNING id
           )`
@@ -182,7 +182,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
                AND o.m + o.t >= ${amount}
                AND (o.pe IS NULL OR o.pe > now())
             RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
-                      w.monthly_balance, w.topup_balance, o.t AS topup_before
+                      w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end
           ),
           ${hold},
           journal AS (
@@ -240,34 +240,55 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
      * Resolves a pending hold: posts `charge` (≤ reserved; monthly first, as it was spent) and
      * releases the rest to the buckets it came from, top-up first. Returns None when the hold
      * was not pending (already resolved): the caller's second attempt changes nothing.
+     *
+     * The wallet row is locked first, so a rollover is either wholly before or wholly after: a
+     * hold opened in an earlier monthly period (the wallet's period end moved since) releases its
+     * monthly rest and expires it at once, journaled, instead of adding it to the new grant.
+     * A settled request charge draws its place in the credit history (`history_seq`) here.
      */
     const resolve = (holdId: string, charge: number, status: "settled" | "refunded" | "voided") =>
       sql`
-        WITH h AS (
+        WITH cur AS (
+          SELECT account_id, monthly_period_end AS pe FROM wallets
+           WHERE account_id = (SELECT account_id FROM holds WHERE id = ${holdId})
+           FOR UPDATE
+        ),
+        h AS (
           UPDATE holds
              SET status = ${status},
                  settled_monthly = LEAST(monthly_amount, ${charge}),
                  settled_topup = ${charge} - LEAST(monthly_amount, ${charge}),
-                 resolved_at = now()
-           WHERE id = ${holdId} AND status = 'pending' AND ${charge} <= monthly_amount + topup_amount
-          RETURNING account_id, operation, reference_id, request_id,
-                    monthly_amount - LEAST(monthly_amount, ${charge}) AS back_m,
-                    topup_amount - (${charge} - LEAST(monthly_amount, ${charge})) AS back_t
+                 resolved_at = now(),
+                 history_seq = CASE WHEN ${status} = 'settled' AND ${charge} > 0 AND operation <> 'prediction'
+                                    THEN nextval(pg_get_serial_sequence('credit_journal', 'seq')) END
+            FROM cur
+           WHERE holds.id = ${holdId} AND holds.status = 'pending' AND ${charge} <= holds.monthly_amount + holds.topup_amount
+          RETURNING holds.account_id, holds.operation, holds.reference_id, holds.request_id,
+                    holds.monthly_amount - LEAST(holds.monthly_amount, ${charge}) AS back_m,
+                    holds.topup_amount - (${charge} - LEAST(holds.monthly_amount, ${charge})) AS back_t,
+                    holds.period_end IS DISTINCT FROM cur.pe AS lapsed
+        ),
+        k AS (
+          SELECT h.*, CASE WHEN h.lapsed THEN 0 ELSE h.back_m END AS kept_m FROM h
         ),
         w AS (
-          UPDATE wallets SET monthly_balance = monthly_balance + h.back_m, topup_balance = topup_balance + h.back_t
-            FROM h WHERE wallets.account_id = h.account_id
+          UPDATE wallets SET monthly_balance = monthly_balance + k.kept_m, topup_balance = topup_balance + k.back_t
+            FROM k WHERE wallets.account_id = k.account_id
           RETURNING wallets.monthly_balance, wallets.topup_balance
         ),
         journal AS (
-          INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
-          SELECT ${newId("txn")}, h.account_id, 'release', 'topup', h.back_t, w.monthly_balance - h.back_m, w.topup_balance,
-                 ${holdId}, h.operation, h.reference_id, h.request_id
-            FROM h, w WHERE h.back_t > 0
+          INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason)
+          SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
+                 ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+            FROM k, w WHERE k.back_t > 0
           UNION ALL
-          SELECT ${newId("txn")}, h.account_id, 'release', 'monthly', h.back_m, w.monthly_balance, w.topup_balance,
-                 ${holdId}, h.operation, h.reference_id, h.request_id
-            FROM h, w WHERE h.back_m > 0
+          SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
+                 ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+            FROM k, w WHERE k.back_m > 0
+          UNION ALL
+          SELECT ${newId("txn")}, k.account_id, 'expire', 'monthly', -k.back_m, w.monthly_balance, w.topup_balance,
+                 ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held'
+            FROM k, w WHERE k.back_m > 0 AND k.lapsed
           RETURNING 1
         )
         SELECT ${charge}::int AS charged, w.monthly_balance, w.topup_balance, (SELECT operation FROM h) AS operation FROM w
