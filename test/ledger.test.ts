@@ -147,9 +147,9 @@ describe("monthly rollover", () => {
       [account]
     )
     const wallet = await run(Effect.flatMap(Ledger, (ledger) => ledger.wallet(account)))
-    expect(wallet.monthly_balance).toBe(1_000)
-    expect(wallet.topup_balance).toBe(40)
-    const periodEnd = new Date(wallet.monthly_period_end!)
+    expect(wallet.monthly).toBe(1_000)
+    expect(wallet.topup).toBe(40)
+    const periodEnd = wallet.periodEnd!
     expect(periodEnd.getTime()).toBeGreaterThan(Date.now())
     expect(periodEnd.getTime()).toBeLessThan(Date.now() + 32 * 24 * 3600 * 1000)
     expect((await journal(account)).slice(-2)).toEqual([

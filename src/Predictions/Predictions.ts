@@ -319,7 +319,7 @@ export class Predictions extends Effect.Service<Predictions>()("hookline/Predict
         return {
           prediction,
           charged: 0,
-          balances: { monthly: wallet.monthly_balance, topup: wallet.topup_balance }
+          balances: { monthly: wallet.monthly, topup: wallet.topup }
         } satisfies RetryOutcome
       }).pipe(orDieOnDb, Effect.withSpan("Predictions.retryStart"))
 
