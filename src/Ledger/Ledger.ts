@@ -112,6 +112,7 @@ const debitOperations = (repo: LedgerRepo, config: LedgerSettings) => {
 
   /** Takes `amount` into a pending hold (monthly first, then top-up), to settle or refund later. */
   const reserve = Effect.fn("Ledger.reserve")(function*(accountId: string, amount: number, options: ReserveOptions) {
+    yield* Effect.annotateCurrentSpan({ accountId, amount })
     const holdId = newId("hold")
     const balancesAfter = yield* debit(accountId, amount, "reserves", repo.reserveHold({
       ...debitFields(accountId, amount, options),
@@ -126,6 +127,7 @@ const debitOperations = (repo: LedgerRepo, config: LedgerSettings) => {
    * runs and whose work is done (a single hook), one round trip instead of reserve + settle.
    */
   const charge = Effect.fn("Ledger.charge")(function*(accountId: string, amount: number, options: ReserveOptions) {
+    yield* Effect.annotateCurrentSpan({ accountId, amount })
     const balances = yield* debit(accountId, amount, "costs", repo.chargeAtOnce(debitFields(accountId, amount, options)))
     yield* recordCreditsCharged(options.operation, amount)
     return balances
@@ -149,12 +151,14 @@ const resolveOperations = (repo: LedgerRepo) => {
 
   /** Posts `amount` (≤ reserved) and releases the rest; None when the hold was not pending. */
   const settle = Effect.fn("Ledger.settle")(function*(holdId: string, amount: number) {
+    yield* Effect.annotateCurrentSpan({ holdId, charge: amount })
     if (!Number.isInteger(amount) || amount < 0) return yield* Effect.dieMessage(`Invalid settle amount ${amount}`)
     return yield* resolved("settled", repo.settleHold({ holdId, charge: amount }))
   })
 
   /** Releases all of a pending hold; None when it was not pending. */
   const refund = Effect.fn("Ledger.refund")(function*(holdId: string) {
+    yield* Effect.annotateCurrentSpan({ holdId, charge: 0 })
     return yield* resolved("refunded", repo.refundHold(holdId))
   })
 
@@ -182,6 +186,7 @@ const grantOperations = (repo: LedgerRepo, wallet: (accountId: string) => Effect
    * ValidationFailed, as does a grant that would take a balance past maxBalance.
    */
   const grant = Effect.fn("Ledger.grant")(function*(accountId: string, bucket: Bucket, amount: number, details: GrantDetails) {
+    yield* Effect.annotateCurrentSpan({ accountId, bucket, amount })
     const referenceId = details.referenceId ?? null
     const result = yield* repo.grant({
       accountId,
