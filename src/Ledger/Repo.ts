@@ -11,6 +11,8 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { newId } from "../Ids.js"
+import { traced } from "../Observability/Tracing.js"
+import { StatementRunner } from "../Sql.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
 
@@ -72,17 +74,23 @@ const EarlierGrant = Schema.Struct({ bucket: Bucket, amount: Schema.Number })
 
 const NewPeriod = Schema.Struct({ accountId: AccountId, monthlyGrant: Schema.Int })
 
-/** Database and decoding failures are defects at the repository's edge; each statement is a span. */
-const boundary = <I, A, E, R>(name: string, run: (input: I) => Effect.Effect<A, E, R>) => (input: I) =>
-  run(input).pipe(Effect.orDie, Effect.withSpan(`LedgerRepo.${name}`))
+/**
+ * Database and decoding failures are defects at the repository's edge; each statement is a span
+ * in a traced request (an untraced one pays for no span).
+ */
+const boundary = <I, A, E, R>(name: string, statement: (input: I) => Effect.Effect<A, E, R>) => (input: I) =>
+  statement(input).pipe(Effect.orDie, traced(`LedgerRepo.${name}`))
+
+/** StatementRunner: the hot statements skip @effect/sql's per-statement scope outside transactions. */
+type Run = Effect.Effect.Success<typeof StatementRunner>
 
 /** Reading a wallet, opening one, and its monthly periods. */
-const walletStatements = (sql: SqlClient.SqlClient) => {
+const walletStatements = (sql: SqlClient.SqlClient, run: Run) => {
   const findWallet = SqlSchema.findOne({
     Request: AccountId,
     Result: WalletRow,
     execute: (accountId) =>
-      sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`
+      run(sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`)
   })
 
   const rollOver = SqlSchema.single({
@@ -135,31 +143,31 @@ const walletStatements = (sql: SqlClient.SqlClient) => {
 }
 
 /** A hold's life: reserved (or a charge taken at once), then settled, refunded or voided. */
-const holdStatements = (sql: SqlClient.SqlClient) => {
+const holdStatements = (sql: SqlClient.SqlClient, run: Run) => {
   const reserveHold = SqlSchema.findOne({
     Request: HoldDebit,
     Result: DebitRow,
     execute: (debit) =>
-      debitStatement(sql, debit, {
+      run(debitStatement(sql, debit, {
         holdId: debit.holdId,
         // The database clock decides expiry, so processes with skewed clocks agree.
         expiresAt: debit.expiresInSeconds === null
           ? sql`NULL::timestamptz`
           : sql`now() + make_interval(secs => ${debit.expiresInSeconds})`
-      })
+      }))
   })
 
   const chargeAtOnce = SqlSchema.findOne({
     Request: Debit,
     Result: DebitRow,
-    execute: (debit) => debitStatement(sql, debit, null)
+    execute: (debit) => run(debitStatement(sql, debit, null))
   })
 
   const resolveAs = (status: "settled" | "refunded" | "voided") =>
     SqlSchema.findOne({
       Request: Resolve,
       Result: ResolveRow,
-      execute: ({ charge, holdId }) => resolveStatement(sql, holdId, charge, status)
+      execute: ({ charge, holdId }) => run(resolveStatement(sql, holdId, charge, status))
     })
 
   const expiredHoldIds = SqlSchema.findAll({
@@ -241,11 +249,15 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
 }
 
 export class LedgerRepo extends Effect.Service<LedgerRepo>()("hookline/LedgerRepo", {
-  effect: Effect.map(SqlClient.SqlClient, (sql) => ({
-    ...walletStatements(sql),
-    ...holdStatements(sql),
-    ...grantStatements(sql),
-    /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
-    withTransaction: sql.withTransaction
-  }))
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const run = yield* StatementRunner
+    return {
+      ...walletStatements(sql, run),
+      ...holdStatements(sql, run),
+      ...grantStatements(sql),
+      /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
+      withTransaction: sql.withTransaction
+    }
+  })
 }) {}
