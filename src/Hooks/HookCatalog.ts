@@ -63,12 +63,37 @@ const lruCache = <V>(capacity: number) => {
 /** Text of the user's query as the catalog matches it: trimmed, single spaces, lowercase. */
 export const normaliseQuery = (q: string): string => q.trim().replace(/\s+/g, " ").toLowerCase()
 
+/** One page of rows (pageSize + 1 were asked for: one more means a next page, starting after the last shown). */
+const toPage = <R extends LeanRow, P>(rows: ReadonlyArray<R>, position: (row: R) => P): Page<P> => {
+  const data = rows.slice(0, pageSize)
+  return {
+    data: data.map(toLean),
+    next: rows.length > pageSize ? Option.some(position(data[data.length - 1])) : Option.none()
+  }
+}
+
+/** Serves first pages from an LRU cache while the catalog version is unchanged (any import bumps it). */
+const firstPageCache = <E>(catalogVersion: Effect.Effect<number, E>, entries: number) => {
+  const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(entries)
+  return <P, E2>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E2>) =>
+    isFirst && entries > 0
+      ? Effect.gen(function*() {
+        const version = yield* catalogVersion
+        const hit = firstPages.get(key)
+        if (hit !== undefined && hit.version === version) return hit.page as Page<P>
+        const page = yield* load
+        firstPages.set(key, { version, page })
+        return page
+      })
+      : load
+}
+
 export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCatalog", {
   dependencies: [CatalogRepo.Default],
   effect: Effect.gen(function*() {
     const repo = yield* CatalogRepo
     const config = yield* CatalogConfig
-    const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(config.cacheEntries)
+    const cachedFirstPage = firstPageCache(repo.catalogVersion, config.cacheEntries)
     /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
     const searchableQueries = lruCache<boolean>(config.cacheEntries)
 
@@ -81,27 +106,6 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
 
     /** Replaces the category list (hooks keep their category slug even when it is removed). */
     const putCategories = (input: ReadonlyArray<HookCategory>) => Effect.zipRight(repo.replaceCategories(input), categories)
-
-    /** Serves first pages from the cache while the catalog version is unchanged. */
-    const cachedFirstPage = <P, E>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E>) =>
-      isFirst && config.cacheEntries > 0
-        ? Effect.gen(function*() {
-          const version = yield* repo.catalogVersion
-          const hit = firstPages.get(key)
-          if (hit !== undefined && hit.version === version) return hit.page as Page<P>
-          const page = yield* load
-          firstPages.set(key, { version, page })
-          return page
-        })
-        : load
-
-    const toPage = <R extends LeanRow, P>(rows: ReadonlyArray<R>, position: (row: R) => P): Page<P> => {
-      const data = rows.slice(0, pageSize)
-      return {
-        data: data.map(toLean),
-        next: rows.length > pageSize ? Option.some(position(data[data.length - 1])) : Option.none()
-      }
-    }
 
     const hasSearchableWord = (normalised: string) => {
       const known = searchableQueries.get(normalised)
