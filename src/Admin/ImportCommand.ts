@@ -135,15 +135,45 @@ class RequestFailed extends Error {
   }
 }
 
-const postChunk = async (endpoint: AdminEndpoint, body: Uint8Array<ArrayBuffer>): Promise<ImportResult> => {
+/**
+ * The body of a request, streamed: all but its last byte at once, the last byte once `gate`
+ * answers true. The server stages records as they arrive but writes the catalog only when the body
+ * is complete, so the request can be staged while the previous one commits, and the catalog is
+ * still written in file order (of two records with one id in different requests, the later wins).
+ * When `gate` answers false (the previous request failed for good) the body breaks off: the server
+ * writes nothing from it.
+ */
+const gatedBody = (body: Uint8Array<ArrayBuffer>, gate: Promise<boolean>) =>
+  new ReadableStream<Uint8Array>({
+    async start(controller) {
+      if (body.byteLength > 1) controller.enqueue(body.subarray(0, body.byteLength - 1))
+      const go = await gate
+      try {
+        if (!go) return controller.error(new Error(previousFailed))
+        controller.enqueue(body.subarray(body.byteLength - 1))
+        controller.close()
+      } catch {
+        // The server answered before the body was complete (e.g. 413): nothing left to send.
+      }
+    }
+  })
+
+const previousFailed = "the request before it failed"
+
+const postChunk = async (endpoint: AdminEndpoint, body: Uint8Array<ArrayBuffer>, gate: Promise<boolean>): Promise<ImportResult> => {
   let response: Response
   try {
     response = await fetch(`${endpoint.baseUrl}/admin/catalog/hooks`, {
       method: "POST",
-      headers: { authorization: `Bearer ${endpoint.adminToken}`, "content-type": "application/x-ndjson" },
-      body
+      headers: {
+        authorization: `Bearer ${endpoint.adminToken}`,
+        "content-type": "application/x-ndjson",
+        "content-length": String(body.byteLength)
+      },
+      body: gatedBody(body, gate)
     })
   } catch (error) {
+    if (!(await gate)) throw new RequestFailed(previousFailed, false)
     throw new RequestFailed(`the request failed: ${error instanceof Error ? error.message : String(error)}`, true)
   }
   if (response.status === 200) return (await response.json()) as ImportResult
@@ -154,11 +184,14 @@ const postChunk = async (endpoint: AdminEndpoint, body: Uint8Array<ArrayBuffer>)
   )
 }
 
-/** Sends one chunk, retrying network failures and 5xx answers (safe: a chunk commits whole or not at all). */
-const postWithRetries = async (endpoint: AdminEndpoint, chunk: Chunk, options: ChunkingOptions): Promise<ImportResult> => {
+/**
+ * Sends one chunk, retrying network failures and 5xx answers (safe: a chunk commits whole or not
+ * at all); the first attempt completes its body once the previous chunk has committed (`gate`).
+ */
+const postWithRetries = async (endpoint: AdminEndpoint, chunk: Chunk, options: ChunkingOptions, gate: Promise<boolean>): Promise<ImportResult> => {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await postChunk(endpoint, chunk.body)
+      return await postChunk(endpoint, chunk.body, gate)
     } catch (error) {
       if (!(error instanceof RequestFailed) || !error.retryable || attempt >= options.retries) throw error
       await Bun.sleep(options.retryDelayMs * 2 ** attempt)
@@ -176,11 +209,11 @@ export const importNdjson = async (
   const progress = new ProgressReporter(source.label, source.total, progressTo)
   const rejected: Array<{ index: number; message: string }> = []
   let summary: ImportSummary = { object: "import_result", inserted: 0, updated: 0, rejected_count: 0, rejected, lines_read: 0, requests: 0 }
-  for await (const chunk of ndjsonChunks(source.stream, options.fromLine, options.chunkBytes)) {
-    progress.begin({ bytes: chunk.endOffset - chunk.body.byteLength, lines: chunk.firstLine - 1, hooks: 0 })
+  /** Adds a committed chunk's answer to the summary, or stops the import at the chunk's first line. */
+  const settle = async (chunk: Chunk, answer: Promise<ImportResult>) => {
     let result: ImportResult
     try {
-      result = await postWithRetries(endpoint, chunk, options)
+      result = await answer
     } catch (error) {
       progress.stop()
       const reason = `The request for lines ${chunk.firstLine}–${chunk.firstLine + chunk.lines - 1} failed: ${error instanceof Error ? error.message : String(error)}`
@@ -198,6 +231,22 @@ export const importNdjson = async (
       requests: summary.requests + 1
     }
     progress.update({ bytes: chunk.endOffset, lines: chunk.firstLine + chunk.lines - 1, hooks: summary.inserted + summary.updated })
+  }
+  // Two requests in flight: the next one is sent (and staged by the server) while the previous
+  // one commits; it completes only after that one has committed (see gatedBody).
+  let inFlight: { chunk: Chunk; answer: Promise<ImportResult>; committed: Promise<boolean> } | null = null
+  try {
+    for await (const chunk of ndjsonChunks(source.stream, options.fromLine, options.chunkBytes)) {
+      progress.begin({ bytes: chunk.endOffset - chunk.body.byteLength, lines: chunk.firstLine - 1, hooks: 0 })
+      const answer = postWithRetries(endpoint, chunk, options, inFlight?.committed ?? Promise.resolve(true))
+      const previous = inFlight
+      inFlight = { chunk, answer, committed: answer.then(() => true, () => false) }
+      if (previous !== null) await settle(previous.chunk, previous.answer)
+    }
+    if (inFlight !== null) await settle(inFlight.chunk, inFlight.answer)
+  } finally {
+    // A request sent ahead of a failed one breaks off (nothing written); wait until it has.
+    await inFlight?.committed
   }
   progress.stop()
   return summary
