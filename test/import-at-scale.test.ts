@@ -113,6 +113,25 @@ describe("a request that fails", () => {
     expect(await catalogCounts(server.db)).toEqual({ hooks: 400, distinct_ids: 400, searchable: 400, counted: 400 })
   }, 60_000)
 
+  test("requests sent ahead still write in file order: of two records with one id in different requests, the later wins, search row too", async () => {
+    const first = demoHook(40_000)
+    // The later record goes in the second request, which is sent while the first one commits.
+    const lines = demoLines(40_000, 40_060)
+    lines.splice(12, 0, JSON.stringify({ ...first, text: "Quokkafinch rewritten opening line" }))
+    const text = lines.join("\n") + "\n"
+    const options = { ...defaultChunking, chunkBytes: 8_000 }
+    const summary = await importNdjson({ baseUrl: server.url, adminToken: server.adminToken }, sourceOf(text), options, silent)
+    expect(summary.requests).toBeGreaterThan(4)
+    expect(Buffer.byteLength(lines.slice(0, 12).join("\n"))).toBeGreaterThan(options.chunkBytes)
+    expect([summary.inserted, summary.updated]).toEqual([60, 1])
+    const { rows } = await server.db.query<{ text: string; folded: string; matches: boolean }>(
+      `SELECT h.text, s.folded, s.doc @@ plainto_tsquery('english', 'quokkafinch') AS matches
+         FROM hooks h JOIN hook_search s ON s.id = h.id WHERE h.id = $1`,
+      [first.id]
+    )
+    expect(rows).toEqual([{ text: "Quokkafinch rewritten opening line", folded: "quokkafinch rewritten opening line", matches: true }])
+  })
+
   test("a declared body over IMPORT_MAX_BODY_BYTES is refused at once with 413 and nothing is written", async () => {
     const before = await catalogCounts(server.db)
     const body = demoLines(20_000, 20_100).join("\n")

@@ -9,7 +9,8 @@
  */
 import { HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Effect, Either, Option, Stream } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Either, Fiber, Option, Stream } from "effect"
 import type { ImportResult } from "../Admin/Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
 import { orDieOnDb } from "../Sql.js"
@@ -86,12 +87,24 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
 
     const progress = () => options.onProgress?.({ ...totals, rejected: rejectedCount })
 
+    // One staging insert in flight while the next batch is parsed and validated (the database
+    // and this process work at the same time); `staged` waits for it.
+    let staging: Fiber.Fiber<void, SqlError> | null = null
+    let queued = 0
+    const staged = Effect.suspend(() => (staging === null ? Effect.void : Fiber.join(staging)))
     const stage = Effect.gen(function*() {
       if (batch.length === 0) return
-      yield* sql.unsafe(stageHooksSql, [JSON.stringify(batch), totals.staged])
-      totals.staged += batch.length
+      const rows = JSON.stringify(batch)
+      const [seq, count] = [queued, batch.length]
+      queued += count
       batch = []
-      progress()
+      yield* staged
+      staging = yield* Effect.forkScoped(sql.unsafe(stageHooksSql, [rows, seq]).pipe(
+        Effect.andThen(() => {
+          totals.staged += count
+          progress()
+        })
+      ))
     })
 
     const reject = (index: number, message: string) => {
@@ -127,11 +140,12 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
         }))
       yield* accept(yield* split(() => splitter.end()))
       yield* stage
+      yield* staged
       if (totals.staged === 0) return
       const [written] = yield* sql.unsafe<{ inserted: number }>(upsertStagedHooksSql)
       totals.inserted = written.inserted
       totals.updated = totals.staged - written.inserted
-    }).pipe(sql.withTransaction, orDieOnDb)
+    }).pipe(Effect.scoped, sql.withTransaction, orDieOnDb)
     progress()
     return {
       object: "import_result",
