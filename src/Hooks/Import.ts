@@ -11,10 +11,11 @@ import { HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Either, Fiber, Option, Stream } from "effect"
+import type Pg from "pg"
 import type { ImportResult } from "../Admin/Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
-import { orDieOnDb } from "../Sql.js"
-import { createImportStagingSql, stageHooksSql, upsertStagedHooksSql } from "./CatalogSql.js"
+import { copyFromStdin, DatabaseMode, orDieOnDb, pgClientOf } from "../Sql.js"
+import { copyStagingSql, createImportStagingSql, stageHooksSql, stagingCopyRows, upsertStagedHooksSql } from "./CatalogSql.js"
 import { HookCatalog } from "./HookCatalog.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
 import { type ImportFormat, isSpace, NotAHookArray, type Piece, splitterFor } from "./ImportSplitters.js"
@@ -62,6 +63,18 @@ const split = (run: () => Array<Piece>) =>
     }
   })
 
+/**
+ * The pg client of the current transaction when records can be staged with COPY: a network
+ * PostgreSQL (DatabaseMode says so; PGlite cannot COPY from the client). Else None: they are
+ * staged with json_populate_recordset.
+ */
+const copyClient = Effect.gen(function*() {
+  const mode = yield* Effect.serviceOption(DatabaseMode)
+  if (!Option.exists(mode, (database) => !database.embedded)) return Option.none()
+  const transaction = yield* Effect.serviceOption(SqlClient.TransactionConnection)
+  return Option.flatMap(transaction, ([connection]) => pgClientOf(connection))
+})
+
 const bodyTooLarge = (maxBytes: number) =>
   new PayloadTooLarge({
     message: `The import body is larger than ${maxBytes} bytes (IMPORT_MAX_BODY_BYTES); nothing was imported. ` +
@@ -91,15 +104,18 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
     // and this process work at the same time); `staged` waits for it.
     let staging: Fiber.Fiber<void, SqlError> | null = null
     let queued = 0
+    let copyTo = Option.none<Pg.ClientBase>()
     const staged = Effect.suspend(() => (staging === null ? Effect.void : Fiber.join(staging)))
     const stage = Effect.gen(function*() {
       if (batch.length === 0) return
-      const rows = JSON.stringify(batch)
       const [seq, count] = [queued, batch.length]
+      const write: Effect.Effect<void, SqlError> = Option.isSome(copyTo)
+        ? copyFromStdin(copyTo.value, copyStagingSql, Buffer.from(stagingCopyRows(batch, seq)))
+        : Effect.asVoid(sql.unsafe(stageHooksSql, [JSON.stringify(batch), seq]))
       queued += count
       batch = []
       yield* staged
-      staging = yield* Effect.forkScoped(sql.unsafe(stageHooksSql, [rows, seq]).pipe(
+      staging = yield* Effect.forkScoped(write.pipe(
         Effect.andThen(() => {
           totals.staged += count
           progress()
@@ -132,6 +148,7 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
 
     yield* Effect.gen(function*() {
       yield* sql.unsafe(createImportStagingSql)
+      copyTo = yield* copyClient
       yield* Stream.runForEach(input, (chunk) =>
         Effect.gen(function*() {
           totals.bytes += chunk.byteLength
