@@ -14,7 +14,7 @@ import { Effect, Either, Fiber, Option, Stream } from "effect"
 import type Pg from "pg"
 import type { ImportResult } from "../Admin/Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
-import { copyFromStdin, DatabaseMode, orDieOnDb, pgClientOf } from "../Sql.js"
+import { copyFromStdin, DatabaseMode, orDieOnDb, pgClientOf, withoutStatementTimeout } from "../Sql.js"
 import { copyStagingSql, createImportStagingSql, stageHooksSql, stagingCopyRows, upsertStagedHooksSql } from "./CatalogSql.js"
 import { HookCatalog } from "./HookCatalog.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
@@ -75,6 +75,30 @@ const copyClient = Effect.gen(function*() {
   return Option.flatMap(transaction, ([connection]) => pgClientOf(connection))
 })
 
+/**
+ * Stages batches in the import's transaction (in its scope) with one statement in flight while the
+ * next batch is parsed and validated, so the database and this process work at the same time;
+ * `staged` waits for the last one. `onStaged` hears of each batch once it is in.
+ */
+const stagingPipeline = (sql: SqlClient.SqlClient, onStaged: (count: number) => void) => {
+  let inFlight: Fiber.Fiber<void, SqlError> | null = null
+  let queued = 0
+  let copyTo: Option.Option<Pg.ClientBase> | null = null
+  const staged = Effect.suspend(() => (inFlight === null ? Effect.void : Fiber.join(inFlight)))
+  const stage = (records: ReadonlyArray<HookRecord>) =>
+    Effect.gen(function*() {
+      copyTo ??= yield* copyClient
+      const seq = queued
+      queued += records.length
+      const write: Effect.Effect<void, SqlError> = Option.isSome(copyTo)
+        ? copyFromStdin(copyTo.value, copyStagingSql, Buffer.from(stagingCopyRows(records, seq)))
+        : Effect.asVoid(sql.unsafe(stageHooksSql, [JSON.stringify(records), seq]))
+      yield* staged
+      inFlight = yield* Effect.forkScoped(Effect.andThen(write, () => onStaged(records.length)))
+    })
+  return { stage, staged }
+}
+
 const bodyTooLarge = (maxBytes: number) =>
   new PayloadTooLarge({
     message: `The import body is larger than ${maxBytes} bytes (IMPORT_MAX_BODY_BYTES); nothing was imported. ` +
@@ -100,27 +124,14 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
 
     const progress = () => options.onProgress?.({ ...totals, rejected: rejectedCount })
 
-    // One staging insert in flight while the next batch is parsed and validated (the database
-    // and this process work at the same time); `staged` waits for it.
-    let staging: Fiber.Fiber<void, SqlError> | null = null
-    let queued = 0
-    let copyTo = Option.none<Pg.ClientBase>()
-    const staged = Effect.suspend(() => (staging === null ? Effect.void : Fiber.join(staging)))
-    const stage = Effect.gen(function*() {
-      if (batch.length === 0) return
-      const [seq, count] = [queued, batch.length]
-      const write: Effect.Effect<void, SqlError> = Option.isSome(copyTo)
-        ? copyFromStdin(copyTo.value, copyStagingSql, Buffer.from(stagingCopyRows(batch, seq)))
-        : Effect.asVoid(sql.unsafe(stageHooksSql, [JSON.stringify(batch), seq]))
-      queued += count
+    const pipeline = stagingPipeline(sql, (count) => {
+      totals.staged += count
+      progress()
+    })
+    const stage = Effect.suspend(() => {
+      const records = batch
       batch = []
-      yield* staged
-      staging = yield* Effect.forkScoped(write.pipe(
-        Effect.andThen(() => {
-          totals.staged += count
-          progress()
-        })
-      ))
+      return records.length === 0 ? Effect.void : pipeline.stage(records)
     })
 
     const reject = (index: number, message: string) => {
@@ -147,8 +158,9 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
       })
 
     yield* Effect.gen(function*() {
+      // One import may take minutes at scale: it is an admin's, not bounded like a tenant's query.
+      yield* withoutStatementTimeout
       yield* sql.unsafe(createImportStagingSql)
-      copyTo = yield* copyClient
       yield* Stream.runForEach(input, (chunk) =>
         Effect.gen(function*() {
           totals.bytes += chunk.byteLength
@@ -157,7 +169,7 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
         }))
       yield* accept(yield* split(() => splitter.end()))
       yield* stage
-      yield* staged
+      yield* pipeline.staged
       if (totals.staged === 0) return
       const [written] = yield* sql.unsafe<{ inserted: number }>(upsertStagedHooksSql)
       totals.inserted = written.inserted

@@ -40,23 +40,45 @@ const joined = (parts: Array<Uint8Array>, length: number) => {
 
 const tooLarge = (max: number) => `the record is larger than ${max} bytes`
 
+/** The bytes of the record being cut, up to `maxBytes` (past that only its length is counted). */
+class RecordBytes {
+  private parts: Array<Uint8Array> = []
+  length = 0
+  overflow = false
+  constructor(private readonly maxBytes: number) {}
+
+  take(slice: Uint8Array) {
+    if (this.overflow) return
+    if (this.length + slice.byteLength > this.maxBytes) {
+      this.overflow = true
+      this.parts = []
+    } else if (slice.byteLength > 0) {
+      this.parts.push(slice.slice())
+    }
+    this.length += slice.byteLength
+  }
+
+  /** The record's text, or why it cannot be read; the buffer is empty again afterwards. */
+  finish(notUtf8: string): { readonly text: string } | { readonly problem: string } {
+    const bytes = joined(this.parts, this.length)
+    const overflow = this.overflow
+    this.parts = []
+    this.length = 0
+    this.overflow = false
+    if (overflow) return { problem: tooLarge(this.maxBytes) }
+    const text = decode(bytes)
+    return text === null ? { problem: notUtf8 } : { text }
+  }
+}
+
 /** NDJSON: records end at a newline; the index is the 1-based line number. */
 export const ndjsonSplitter = (maxBytes: number): Splitter => {
   let line = 1
-  let parts: Array<Uint8Array> = []
-  let length = 0
-  let overflow = false
+  const record = new RecordBytes(maxBytes)
   const finish = (): Array<Piece> => {
     const index = line++
-    const bytes = joined(parts, length)
-    const wasOverflow = overflow
-    parts = []
-    length = 0
-    overflow = false
-    if (wasOverflow) return [{ index, problem: tooLarge(maxBytes) }]
-    const text = decode(bytes)
-    if (text === null) return [{ index, problem: "the line is not valid UTF-8" }]
-    return text.trim() === "" ? [] : [{ index, text }]
+    const read = record.finish("the line is not valid UTF-8")
+    return "text" in read && read.text.trim() === "" ? [] : [{ index, ...read }]
   }
   return {
     push: (chunk) => {
@@ -64,26 +86,30 @@ export const ndjsonSplitter = (maxBytes: number): Splitter => {
       let from = 0
       for (;;) {
         const newline = chunk.indexOf(0x0a, from)
-        const slice = chunk.subarray(from, newline === -1 ? chunk.byteLength : newline)
-        if (!overflow) {
-          if (length + slice.byteLength > maxBytes) {
-            overflow = true
-            parts = []
-          } else if (slice.byteLength > 0) {
-            parts.push(slice.slice())
-          }
-          length += slice.byteLength
-        }
+        record.take(chunk.subarray(from, newline === -1 ? chunk.byteLength : newline))
         if (newline === -1) return pieces
         pieces.push(...finish())
         from = newline + 1
       }
     },
-    end: () => (length > 0 || overflow ? finish() : [])
+    end: () => (record.length > 0 || record.overflow ? finish() : [])
   }
 }
 
 export const isSpace = (byte: number) => byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09
+
+type ArrayState = "start" | "value" | "after" | "done" | "trailing"
+
+/** What an array body that ended in `state` still owes: its open record, or why the array is not whole. */
+const arrayEnd = (state: ArrayState, index: number, finish: () => Piece): Array<Piece> => {
+  if (state === "start") throw new NotAHookArray("The body is empty: send a JSON array of hooks.")
+  if (state === "value") {
+    const last = finish()
+    return ["text" in last ? { index: last.index, problem: "the JSON array is not closed (the body ended inside this record)" } : last]
+  }
+  if (state === "after") return [{ index, problem: "the JSON array is not closed" }]
+  return []
+}
 
 /**
  * A JSON array: elements are cut at depth 1 by tracking strings and brackets only, so a broken
@@ -91,38 +117,15 @@ export const isSpace = (byte: number) => byte === 0x20 || byte === 0x0a || byte 
  * element's 0-based position.
  */
 export const jsonArraySplitter = (maxBytes: number): Splitter => {
-  type State = "start" | "value" | "after" | "done" | "trailing"
-  let state: State = "start"
+  let state: ArrayState = "start"
   let index = 0
   let depth = 0
   let inString = false
   let escaped = false
-  let parts: Array<Uint8Array> = []
-  let length = 0
-  let overflow = false
   let bomChecked = false
-
-  const take = (slice: Uint8Array) => {
-    if (overflow) return
-    if (length + slice.byteLength > maxBytes) {
-      overflow = true
-      parts = []
-    } else {
-      parts.push(slice.slice())
-    }
-    length += slice.byteLength
-  }
-  const finish = (): Piece => {
-    const at = index++
-    const bytes = joined(parts, length)
-    const wasOverflow = overflow
-    parts = []
-    length = 0
-    overflow = false
-    if (wasOverflow) return { index: at, problem: tooLarge(maxBytes) }
-    const text = decode(bytes)
-    return text === null ? { index: at, problem: "the record is not valid UTF-8" } : { index: at, text }
-  }
+  const record = new RecordBytes(maxBytes)
+  const take = (slice: Uint8Array) => record.take(slice)
+  const finish = (): Piece => ({ index: index++, ...record.finish("the record is not valid UTF-8") })
 
   return {
     push: (input) => {
@@ -183,20 +186,9 @@ export const jsonArraySplitter = (maxBytes: number): Splitter => {
       if (state === "value") take(chunk.subarray(valueStart))
       return pieces
     },
-    end: () => {
-      if (state === "start") throw new NotAHookArray("The body is empty: send a JSON array of hooks.")
-      if (state === "value") {
-        const last = finish()
-        return [
-          "text" in last ? { index: last.index, problem: "the JSON array is not closed (the body ended inside this record)" } : last
-        ]
-      }
-      if (state === "after") return [{ index, problem: "the JSON array is not closed" }]
-      return []
-    }
+    end: () => arrayEnd(state, index, finish)
   }
 }
-
 
 /** The splitter for a format, with the largest record it accepts. */
 export const splitterFor = (format: ImportFormat, maxRecordBytes: number): Splitter =>

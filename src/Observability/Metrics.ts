@@ -10,8 +10,9 @@
  * account, a key or a raw path.
  */
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricKeyType, MetricLabel, MetricState, Option } from "effect"
+import { Clock, Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricKeyType, MetricLabel, MetricState, Option } from "effect"
 import type { MetricPair } from "effect"
+import { JobsRepo } from "../Predictions/JobsRepo.js"
 import { DbPool, orDieOnDb } from "../Sql.js"
 
 export const MetricsConfig = Config.all({
@@ -169,33 +170,26 @@ const poolMax = gauge("hookline_db_pool_max_connections", "Database pool size li
 
 const predictionStates = ["awaiting_upload", "queued", "running", "succeeded", "failed"] as const
 
-interface QueueRow {
-  readonly jobs: ReadonlyArray<{ readonly status: string; readonly n: number }>
-  readonly deliveries: number
-  readonly oldestQueuedSeconds: number
-  readonly oldestDueSeconds: number
-}
-
 export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const pool = yield* DbPool
+    const jobsRepo = yield* JobsRepo
     const config = yield* MetricsConfig
 
     const readQueues = Effect.gen(function*() {
-      const jobs = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM predictions GROUP BY status`
-      const [queues] = yield* sql<{ deliveries: number; oldest_queued: number; oldest_due: number }>`
+      const oldestQueued = yield* Effect.flatMap(Clock.currentTimeMillis, (now) => jobsRepo.oldestQueuedSeconds(new Date(now)))
+      const [queues] = yield* sql<{ deliveries: number; oldest_due: number }>`
         SELECT
           (SELECT count(*)::int FROM webhook_deliveries WHERE status = 'pending') AS deliveries,
-          COALESCE((SELECT extract(epoch FROM now() - min(queued_at))::float8 FROM predictions WHERE status = 'queued'), 0) AS oldest_queued,
           COALESCE((SELECT extract(epoch FROM now() - min(next_attempt_at))::float8
                       FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()), 0) AS oldest_due`
       return {
-        jobs,
+        jobs: yield* jobsRepo.countByStatus(),
         deliveries: queues?.deliveries ?? 0,
-        oldestQueuedSeconds: Math.max(0, queues?.oldest_queued ?? 0),
+        oldestQueuedSeconds: Math.max(0, oldestQueued),
         oldestDueSeconds: Math.max(0, queues?.oldest_due ?? 0)
-      } satisfies QueueRow
+      }
     }).pipe(orDieOnDb)
 
     const refreshDatabaseGauges = Effect.map(readQueues, (queues) => {
@@ -227,7 +221,8 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
     )
 
     return { config, scrape } as const
-  })
+  }),
+  dependencies: [JobsRepo.Default]
 }) {}
 
 /** The content type of the Prometheus text exposition format. */
