@@ -108,13 +108,8 @@ export const WorkerLive = Layer.scopedDiscard(
         })
       )
 
-    /**
-     * Claims one job and works it; false when the queue is empty. A job claimed is always worked
-     * or handed back: an interruption (shutdown) that comes while the claim runs waits until
-     * `work`, and with it the hand-back, is in place. Otherwise a worker stopped mid-claim left
-     * its job 'running' until the heartbeat timeout, e.g. the job another worker of the same
-     * server had just handed back.
-     */
+    // One job claimed and worked (false: queue empty). A shutdown during the claim waits for `work`
+    // and its hand-back, or the job stayed 'running' until the heartbeat timeout.
     const claimAndWork = Effect.uninterruptibleMask((restore) =>
       Effect.flatMap(jobs.claimNextJob(workerId), (job) => Option.isNone(job) ? Effect.succeed(false) : Effect.as(restore(work(job.value)), true))
     )
