@@ -1,7 +1,8 @@
 /**
  * `npm run bench` (or `npm run bench -- --quick`): every scenario against the real server on the
  * local Postgres and against the bare baseline, one table on stdout, bench/results.json beside
- * this file. See bench/README.md for how to read it.
+ * this file (`-- --only core,catalog` runs those sections alone, and results.json holds their rows
+ * only). See bench/README.md for how to read it.
  */
 import { existsSync, writeFileSync } from "node:fs"
 import { cpus, totalmem } from "node:os"
@@ -13,6 +14,10 @@ import { adminDatabaseUrl, poolSize } from "./support/processes.js"
 import { type BenchOptions, benchSettings, ratio, renderTable, type ScenarioResult, unavailable } from "./support/report.js"
 
 const options: BenchOptions = { quick: process.argv.includes("--quick") }
+/** `--only core,catalog`: run these sections alone (core, catalog, predictions, ledger, webhooks, idempotency). */
+const onlyArgument = process.argv.indexOf("--only")
+const only = onlyArgument === -1 ? null : new Set((process.argv[onlyArgument + 1] ?? "").split(","))
+const wanted = (section: string) => only === null || only.has(section)
 const settings = benchSettings(options)
 const started = performance.now()
 const rows: Array<ScenarioResult> = []
@@ -62,29 +67,41 @@ const optional = async (file: string, entry: string, placeholders: ReadonlyArray
   }, placeholders)
 }
 
-await section("wallet, categories", () => runCoreBench(options), [
-  unavailable("wallet", "GET /v1/wallet", ""),
-  unavailable("categories", "GET /v1/hooks/categories", "")
-])
-await optional("catalog.ts", "runCatalogBench", [
-  unavailable("metered search", "GET /v1/hooks/search", ""),
-  unavailable("list", "GET /v1/hooks/list", ""),
-  unavailable("get hook", "GET /v1/hooks/{id}", "")
-])
-await optional("predictions.ts", "runPredictionsBench", [
-  unavailable("predict pipeline", "upload link → PUT 15 s clip → scored", "")
-])
-await section("ledger", () => runLedgerBench(options), [
-  unavailable("ledger hot account", "reserve + settle", ""),
-  unavailable("ledger many accounts", "reserve + settle", "")
-])
-await optional("webhooks.ts", "runWebhooksBench", [
-  unavailable("webhook delivery", "event → signed POST → 2xx", "")
-])
-await optional("idempotency.ts", "runIdempotencyBench", [
-  unavailable("idempotent grant", "POST /admin/accounts/{id}/credits with Idempotency-Key", ""),
-  unavailable("idempotent replay", "POST /admin/accounts/{id}/credits, key already answered", "")
-])
+if (wanted("core")) {
+  await section("wallet, categories", () => runCoreBench(options), [
+    unavailable("wallet", "GET /v1/wallet", ""),
+    unavailable("categories", "GET /v1/hooks/categories", "")
+  ])
+}
+if (wanted("catalog")) {
+  await optional("catalog.ts", "runCatalogBench", [
+    unavailable("metered search", "GET /v1/hooks/search", ""),
+    unavailable("list", "GET /v1/hooks/list", ""),
+    unavailable("get hook", "GET /v1/hooks/{id}", "")
+  ])
+}
+if (wanted("predictions")) {
+  await optional("predictions.ts", "runPredictionsBench", [
+    unavailable("predict pipeline", "upload link → PUT 15 s clip → scored", "")
+  ])
+}
+if (wanted("ledger")) {
+  await section("ledger", () => runLedgerBench(options), [
+    unavailable("ledger hot account", "reserve + settle", ""),
+    unavailable("ledger many accounts", "reserve + settle", "")
+  ])
+}
+if (wanted("webhooks")) {
+  await optional("webhooks.ts", "runWebhooksBench", [
+    unavailable("webhook delivery", "event → signed POST → 2xx", "")
+  ])
+}
+if (wanted("idempotency")) {
+  await optional("idempotency.ts", "runIdempotencyBench", [
+    unavailable("idempotent grant", "POST /admin/accounts/{id}/credits with Idempotency-Key", ""),
+    unavailable("idempotent replay", "POST /admin/accounts/{id}/credits, key already answered", "")
+  ])
+}
 
 const postgresVersion = await (async () => {
   const client = new Pg.Client({ connectionString: adminDatabaseUrl })
