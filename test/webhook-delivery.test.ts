@@ -12,7 +12,6 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Secrets } from "../src/Config.js"
-import type { Prediction } from "../src/Predictions/Api.js"
 import { SqlLive } from "../src/Sql.js"
 import { WebhookDeliveries } from "../src/Webhooks/Deliveries.js"
 import { Dispatcher } from "../src/Webhooks/Dispatcher.js"
@@ -21,6 +20,7 @@ import { sign } from "../src/Webhooks/Signing.js"
 import { type PostResult, WebhookTransport } from "../src/Webhooks/Transport.js"
 import { Webhooks } from "../src/Webhooks/Webhooks.js"
 import { createDatabase, dropDatabase, testPool } from "./support/server.js"
+import { samplePrediction } from "./support/webhookFixture.js"
 
 /** What the fake receiver was sent, and when (by the Clock). */
 interface Received {
@@ -61,17 +61,6 @@ const minute = 60 * second
 const schedule = [5 * second, minute, 10 * minute]
 // A public IP literal: the URL policy accepts it without resolving a name; the fake transport answers.
 const receiverUrl = "https://203.0.114.7/hooks/hookline"
-
-const prediction = (): Prediction => ({
-  object: "prediction",
-  id: `pred_${randomBytes(16).toString("hex")}`,
-  status: "succeeded",
-  created_at: "2026-11-22T14:28:55.123Z",
-  completed_at: "2026-11-22T14:29:10.456Z",
-  input: { duration_sec: 21.5 },
-  result: { band: "medium", hook_duration_sec: 2.25, category: null },
-  error: null
-})
 
 let databaseUrl: string
 let receiver: ReturnType<typeof fakeReceiver>
@@ -133,7 +122,7 @@ describe("webhook delivery, one service, TestClock", () => {
       const dispatcher = yield* Dispatcher
       const deliveries = yield* WebhookDeliveries
       const start = yield* Clock.currentTimeMillis
-      const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", prediction())
+      const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
       if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
 
       // What each dispatcher pass attempted: due at once, then just before and at each retry.
@@ -206,7 +195,7 @@ describe("webhook delivery, one service, TestClock", () => {
       const dispatcher = yield* Dispatcher
       const deliveries = yield* WebhookDeliveries
       const start = yield* Clock.currentTimeMillis
-      const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.failed", prediction())
+      const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.failed", samplePrediction())
       if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
       const steps = [yield* dispatcher.deliverDue]
       yield* TestClock.adjust(schedule[0])
@@ -239,7 +228,7 @@ describe("webhook delivery, one service, TestClock", () => {
       const webhooks = yield* Webhooks
       const dispatcher = yield* Dispatcher
       const deliveries = yield* WebhookDeliveries
-      const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", prediction())
+      const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
       if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
       const steps = [yield* dispatcher.deliverDue]
       yield* TestClock.adjust("1 day")
