@@ -11,7 +11,8 @@ import { bearerToken } from "../Auth/Bearer.js"
 import { InvalidApiKey, NotFound } from "../Errors.js"
 import { newId, sameSecret } from "../Ids.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
-import { Metrics, type MetricsConfig, prometheusContentType } from "./Metrics.js"
+import { Metrics, type MetricsConfig } from "./Metrics.js"
+import { prometheusContentType } from "./Prometheus.js"
 
 const tokenOf = (config: MetricsConfig) => Option.filter(config.token, (token) => Redacted.value(token) !== "")
 

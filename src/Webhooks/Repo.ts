@@ -198,6 +198,17 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("hookline/Webho
       execute: (deliveryId) => sql`SELECT pg_notify(${deliveriesChannel}, ${deliveryId})`
     }))
 
+    /** The outbox's backlog at `now`: deliveries pending, and how overdue the most overdue one is (0: none). */
+    const outboxBacklog = statement("outboxBacklog", SqlSchema.single({
+      Request: Now,
+      Result: Schema.Struct({ pending: Schema.Number, oldest_due_ms: Schema.Number }),
+      execute: (now) =>
+        sql`SELECT count(*)::int AS pending,
+                   COALESCE(extract(epoch FROM ${now}::timestamptz - min(next_attempt_at) FILTER (WHERE next_attempt_at <= ${now}))
+                            * 1000, 0)::float8 AS oldest_due_ms
+              FROM webhook_deliveries WHERE status = 'pending'`
+    }))
+
     // --- the delivery log ---
 
     /** A page of the account's deliveries, newest first, after `afterId` when given. */
@@ -364,6 +375,7 @@ export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("hookline/Webho
       rotateSecret,
       enqueueDelivery,
       notifyDispatchers,
+      outboxBacklog,
       listDeliveries,
       findDelivery,
       requeueDelivery,
