@@ -15,7 +15,8 @@ import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { DatabaseMode } from "../Sql.js"
 import type { DeliveryParams, WebhookDelivery, WebhookDeliveryList } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
-import { type DeliveryRow, WebhooksRepo } from "./Repo.js"
+import { WebhooksRepo } from "./Repo.js"
+import type { DeliveryRow } from "./Rows.js"
 
 const defaultPageSize = 50
 const sweepBatch = 1_000

@@ -1,8 +1,9 @@
 /**
  * The webhook dispatcher: a background fiber that delivers the outbox (`webhook_deliveries`).
+ * Its statements are WebhooksRepo's; "now" is Effect's Clock (TestClock in tests).
  *
  * - Claiming: one statement picks due deliveries with `FOR UPDATE SKIP LOCKED`, counts the
- *   attempt, and leases them (next_attempt_at = now() + lease, claim_token = this claim), so
+ *   attempt, and leases them (next_attempt_at = now + lease, claim_token = this claim), so
  *   several dispatchers in several processes never take the same delivery at once, and no
  *   transaction stays open while the receiver is called.
  * - Attempt: outside any transaction (Transport.ts), with the URL policy checked again.
@@ -23,8 +24,10 @@
 import { Clock, Duration, Effect, Either, FiberSet, Layer, Queue, Ref, Schedule, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import { DatabaseMode, listen } from "../Sql.js"
-import { effectiveLease } from "./Config.js"
-import { type ClaimedRow, deliveriesChannel, WebhooksRepo } from "./Repo.js"
+import { effectiveLease, type WebhookConfig } from "./Config.js"
+import type { DeliveryStatus } from "./Api.js"
+import { deliveriesChannel, WebhooksRepo } from "./Repo.js"
+import type { ClaimedRow } from "./Rows.js"
 import type { AttemptOutcome } from "./Transport.js"
 import { Webhooks } from "./Webhooks.js"
 
@@ -34,112 +37,104 @@ const minimumWait = Duration.millis(10)
 /** The clock as the delivery tables' timestamps take it. */
 const clockNow = Effect.map(Clock.currentTimeMillis, (millis) => new Date(millis))
 
-export class Dispatcher extends Effect.Service<Dispatcher>()("hookline/Dispatcher", {
-  scoped: Effect.gen(function*() {
-    const repo = yield* WebhooksRepo
-    const mode = yield* DatabaseMode
-    const webhooks = yield* Webhooks
-    const config = webhooks.config
-    const leaseMs = Duration.toMillis(effectiveLease(config))
-    const schedule = config.retrySchedule
-    /** Names this process's dispatcher in the attempts it records. */
-    const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
+/** A delivery's state after attempt number `attempts`: 2xx delivered, 410 or the schedule's end failed, else pending. */
+const stateAfter = (attempts: number, outcome: AttemptOutcome, schedule: ReadonlyArray<Duration.Duration>): DeliveryStatus =>
+  outcome.delivered ? "delivered" : outcome.statusCode === 410 || attempts > schedule.length ? "failed" : "pending"
 
-    const claim = (limit: number, token: string) =>
-      Effect.flatMap(clockNow, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now }))
+/** The wait before the next attempt: the schedule's, or the receiver's Retry-After within the schedule's bounds. */
+const nextDelayMs = (attempts: number, outcome: AttemptOutcome, scheduleMs: ReadonlyArray<number>) =>
+  outcome.retryAfterMs === null
+    ? scheduleMs[attempts - 1]
+    : Math.min(Math.max(outcome.retryAfterMs, Math.min(...scheduleMs)), Math.max(...scheduleMs))
 
-    /** The wait until the next pending delivery is due, within [minimumWait, pollInterval]. */
-    const untilNextDue = Effect.flatMap(clockNow, repo.untilNextDue).pipe(
-      Effect.map(({ wait_ms }) =>
-        wait_ms === null
-          ? config.pollInterval
-          : Duration.clamp(Duration.millis(wait_ms), { minimum: minimumWait, maximum: config.pollInterval })
-      )
+/** One claimed delivery's attempt and its record, under this dispatcher's name. */
+const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: string) => {
+  const config = webhooks.config
+  const scheduleMs = config.retrySchedule.map(Duration.toMillis)
+  const disableAfterMs = Duration.toMillis(config.disableAfter)
+
+  /** Writes the attempt and the delivery's next state; returns that state. */
+  const record = (row: ClaimedRow, token: string, outcome: AttemptOutcome) =>
+    Effect.gen(function*() {
+      const status = stateAfter(row.attempts, outcome, config.retrySchedule)
+      yield* repo.recordAttempt({
+        deliveryId: row.id,
+        accountId: row.account_id,
+        token,
+        attempt: row.attempts,
+        dispatcher: dispatcherId,
+        statusCode: outcome.statusCode,
+        durationMs: outcome.durationMs,
+        error: outcome.error,
+        status,
+        delayMs: status === "pending" ? nextDelayMs(row.attempts, outcome, scheduleMs) : 0,
+        delivered: outcome.delivered,
+        gone: outcome.statusCode === 410,
+        disableAfterMs,
+        now: yield* clockNow
+      })
+      return status
+    })
+
+  /** A clean shutdown hands an unfinished attempt back at once (it does not count). */
+  const release = (row: ClaimedRow, token: string) =>
+    Effect.flatMap(clockNow, (now) => repo.releaseClaim({ deliveryId: row.id, token, now })).pipe(
+      Effect.timeout(Duration.seconds(2)),
+      Effect.catchAllCause((cause) => Effect.logWarning("webhook claim not released", cause))
     )
 
-    const scheduleMs = schedule.map(Duration.toMillis)
-    const disableAfterMs = Duration.toMillis(config.disableAfter)
+  /** The attempt itself: unsigned (and not sent) when the secret does not open. */
+  const attempt = (row: ClaimedRow & { readonly url: string; readonly secret_ciphertext: string }) =>
+    Either.match(webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext), {
+      onLeft: (unreadable) =>
+        Effect.as(Effect.logError("webhook secret unreadable", unreadable.message), {
+          delivered: false,
+          statusCode: null,
+          durationMs: 0,
+          error: `not signed: ${unreadable.message}`,
+          retryAfterMs: null
+        } satisfies AttemptOutcome),
+      onRight: (secrets) => webhooks.attempts.attempt({ url: row.url, secrets, eventId: row.event_id, body: row.body })
+    })
 
-    /** The wait before the next attempt: the schedule's, or the receiver's Retry-After within the schedule's bounds. */
-    const nextDelayMs = (attempts: number, outcome: AttemptOutcome) =>
-      outcome.retryAfterMs === null
-        ? scheduleMs[attempts - 1]
-        : Math.min(Math.max(outcome.retryAfterMs, Math.min(...scheduleMs)), Math.max(...scheduleMs))
-
-    /** Writes the attempt and the delivery's next state; returns that state. */
-    const record = (row: ClaimedRow, token: string, outcome: AttemptOutcome) =>
-      Effect.gen(function*() {
-        const gone = outcome.statusCode === 410
-        const status = outcome.delivered ? "delivered" : gone || row.attempts > schedule.length ? "failed" : "pending"
-        yield* repo.recordAttempt({
-          deliveryId: row.id,
-          accountId: row.account_id,
-          token,
-          attempt: row.attempts,
-          dispatcher: dispatcherId,
-          statusCode: outcome.statusCode,
-          durationMs: outcome.durationMs,
-          error: outcome.error,
-          status,
-          delayMs: status === "pending" ? nextDelayMs(row.attempts, outcome) : 0,
-          delivered: outcome.delivered,
-          gone,
-          disableAfterMs,
-          now: yield* clockNow
-        })
-        return status
-      })
-
-    /** A clean shutdown hands an unfinished attempt back at once (it does not count). */
-    const release = (row: ClaimedRow, token: string) =>
-      Effect.flatMap(clockNow, (now) => repo.releaseClaim({ deliveryId: row.id, token, now })).pipe(
-        Effect.timeout(Duration.seconds(2)),
-        Effect.catchAllCause((cause) => Effect.logWarning("webhook claim not released", cause))
-      )
-
-    /** Attempts one claimed delivery and records the outcome; never fails. */
-    const deliver = (row: ClaimedRow, token: string) =>
-      Effect.gen(function*() {
-        if (row.url === null || row.enabled !== true || row.secret_ciphertext === null) {
-          return yield* Effect.flatMap(clockNow, (now) => repo.dropForDisabledWebhook({ deliveryId: row.id, token, now }))
-        }
-        const secrets = webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext)
-        const outcome: AttemptOutcome = Either.isLeft(secrets)
-          ? { delivered: false, statusCode: null, durationMs: 0, error: `not signed: ${secrets.left.message}`, retryAfterMs: null }
-          : yield* webhooks.attempts.attempt({ url: row.url, secrets: secrets.right, eventId: row.event_id, body: row.body })
-        if (Either.isLeft(secrets)) yield* Effect.logError("webhook secret unreadable", secrets.left.message)
-        const status = yield* record(row, token, outcome)
-        yield* Effect.logDebug("webhook attempt").pipe(
-          Effect.annotateLogs({
-            delivery_id: row.id,
-            event_id: row.event_id,
-            attempt: row.attempts,
-            status_code: outcome.statusCode ?? "none",
-            outcome: status
-          })
-        )
-      }).pipe(
-        Effect.onInterrupt(() => release(row, token)),
-        Effect.catchAllCause((cause) => Effect.logError("webhook delivery failed to record", cause)),
-        Effect.withSpan("Webhooks.deliver", { attributes: { delivery_id: row.id, attempt: row.attempts } })
-      )
-
-    /**
-     * Attempts every delivery due now (by the Clock), up to the concurrency at a time, and
-     * waits for each outcome to be recorded; returns how many were attempted. The background
-     * loop below does the same without waiting; tests call this to step the schedule.
-     */
-    const deliverDue = Effect.gen(function*() {
-      let attempted = 0
-      for (;;) {
-        const token = randomUUID()
-        const claimed = yield* claim(config.concurrency, token)
-        yield* Effect.forEach(claimed, (row) => deliver(row, token), { concurrency: "unbounded", discard: true })
-        attempted += claimed.length
-        if (claimed.length < config.concurrency) return attempted
+  /** Attempts one claimed delivery and records the outcome; never fails. */
+  return (row: ClaimedRow, token: string) =>
+    Effect.gen(function*() {
+      const { url, secret_ciphertext } = row
+      if (url === null || row.enabled !== true || secret_ciphertext === null) {
+        return yield* Effect.flatMap(clockNow, (now) => repo.dropForDisabledWebhook({ deliveryId: row.id, token, now }))
       }
-    }).pipe(Effect.withSpan("Dispatcher.deliverDue"))
+      const outcome = yield* attempt({ ...row, url, secret_ciphertext })
+      const status = yield* record(row, token, outcome)
+      yield* Effect.logDebug("webhook attempt").pipe(
+        Effect.annotateLogs({
+          delivery_id: row.id,
+          event_id: row.event_id,
+          attempt: row.attempts,
+          status_code: outcome.statusCode ?? "none",
+          outcome: status
+        })
+      )
+    }).pipe(
+      Effect.onInterrupt(() => release(row, token)),
+      Effect.catchAllCause((cause) => Effect.logError("webhook delivery failed to record", cause)),
+      Effect.withSpan("Webhooks.deliver", { attributes: { delivery_id: row.id, attempt: row.attempts } })
+    )
+}
 
+interface Outbox {
+  readonly config: WebhookConfig
+  readonly claim: (limit: number, token: string) => Effect.Effect<ReadonlyArray<ClaimedRow>>
+  readonly deliver: (row: ClaimedRow, token: string) => Effect.Effect<void>
+  readonly untilNextDue: Effect.Effect<Duration.Duration>
+}
+
+/**
+ * The background loop: keeps up to the concurrency of deliveries in flight; LISTEN (Postgres),
+ * the end of an attempt, the next due retry and the poll interval wake it.
+ */
+const makeLoop = ({ claim, config, deliver, untilNextDue }: Outbox, embedded: boolean) =>
+  Effect.gen(function*() {
     const doorbell = yield* Queue.sliding<void>(1)
     const ring = Queue.offer(doorbell, undefined)
     const waitForBell = (timeout: Duration.Duration) => Queue.take(doorbell).pipe(Effect.timeout(timeout), Effect.ignore)
@@ -161,23 +156,62 @@ export class Dispatcher extends Effect.Service<Dispatcher>()("hookline/Dispatche
       yield* waitForBell(yield* untilNextDue)
     })
 
-    /** The dispatcher's life: LISTEN wakes it (Postgres), the next due retry and the poll interval otherwise. */
-    const run = Effect.gen(function*() {
-      if (!mode.embedded) {
-        yield* listen(deliveriesChannel).pipe(
-          Stream.runForEach(() => ring),
-          Effect.tapErrorCause((cause) => Effect.logWarning("webhook LISTEN lost; polling until it is back", cause)),
-          Effect.retry(Schedule.spaced(config.pollInterval)),
-          Effect.forkScoped
-        )
-      }
-      return yield* round.pipe(
-        Effect.catchAllCause((cause) =>
-          Effect.logError("webhook dispatch round failed", cause).pipe(Effect.zipRight(Effect.sleep(config.pollInterval)))
-        ),
-        Effect.forever
+    if (!embedded) {
+      yield* listen(deliveriesChannel).pipe(
+        Stream.runForEach(() => ring),
+        Effect.tapErrorCause((cause) => Effect.logWarning("webhook LISTEN lost; polling until it is back", cause)),
+        Effect.retry(Schedule.spaced(config.pollInterval)),
+        Effect.forkScoped
       )
-    })
+    }
+    return yield* round.pipe(
+      Effect.catchAllCause((cause) =>
+        Effect.logError("webhook dispatch round failed", cause).pipe(Effect.zipRight(Effect.sleep(config.pollInterval)))
+      ),
+      Effect.forever
+    )
+  })
+
+export class Dispatcher extends Effect.Service<Dispatcher>()("hookline/Dispatcher", {
+  effect: Effect.gen(function*() {
+    const repo = yield* WebhooksRepo
+    const mode = yield* DatabaseMode
+    const webhooks = yield* Webhooks
+    const config = webhooks.config
+    const leaseMs = Duration.toMillis(effectiveLease(config))
+    /** Names this process's dispatcher in the attempts it records. */
+    const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
+    const outbox: Outbox = {
+      config,
+      claim: (limit, token) => Effect.flatMap(clockNow, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now })),
+      deliver: makeDelivery(repo, webhooks, dispatcherId),
+      untilNextDue: Effect.flatMap(clockNow, repo.untilNextDue).pipe(
+        Effect.map(({ wait_ms }) =>
+          wait_ms === null
+            ? config.pollInterval
+            : Duration.clamp(Duration.millis(wait_ms), { minimum: minimumWait, maximum: config.pollInterval })
+        )
+      )
+    }
+
+    /**
+     * Attempts every delivery due now (by the Clock), up to the concurrency at a time, and
+     * waits for each outcome to be recorded; returns how many were attempted. The background
+     * loop does the same without waiting; tests call this to step the schedule.
+     */
+    const deliverDue = Effect.gen(function*() {
+      let attempted = 0
+      for (;;) {
+        const token = randomUUID()
+        const claimed = yield* outbox.claim(config.concurrency, token)
+        yield* Effect.forEach(claimed, (row) => outbox.deliver(row, token), { concurrency: "unbounded", discard: true })
+        attempted += claimed.length
+        if (claimed.length < config.concurrency) return attempted
+      }
+    }).pipe(Effect.withSpan("Dispatcher.deliverDue"))
+
+    /** The dispatcher's life in a server process (forked in the caller's scope). */
+    const run = makeLoop(outbox, mode.embedded)
 
     return { dispatcherId, deliverDue, run } as const
   }),

@@ -1,390 +1,300 @@
 /**
- * Every statement on the webhook tables (`webhooks`, the outbox `webhook_deliveries`, and
- * `webhook_attempts`), each named for the transition it performs. Rows are decoded by schema;
- * database and decoding failures are defects (they roll back the caller's transaction), and each
- * statement has its own span.
- *
- * The delivery clock (when a delivery is due, its lease, its next attempt, endpoint health) is
- * Effect's Clock, passed in as `now`, so a test's TestClock drives the retry schedule. The
- * secret-rotation window is the database's (`now()`): it is set and read by SQL alone.
+ * Every statement on `webhooks`, the outbox `webhook_deliveries` and `webhook_attempts`, named for
+ * the transition it performs; rows and requests are schemas (Rows.ts), failures are defects, each
+ * has a span. The delivery clock (due, lease, next attempt, endpoint health) is Effect's Clock,
+ * passed as `now`, so TestClock drives the retry schedule; the rotation window is SQL's `now()`.
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { repoStatement } from "../Sql.js"
-import { DeliveryStatus, EventType } from "./Api.js"
+import * as Rows from "./Rows.js"
 
 /** Channel the outbox notifies on commit (Postgres only; embedded mode polls). */
 export const deliveriesChannel = "hookline_webhook_deliveries"
 
-/** A webhook as its API resource shows it. */
-export const WebhookState = Schema.Struct({
-  url: Schema.String,
-  enabled: Schema.Boolean,
-  /** Null: all event types. */
-  events: Schema.NullOr(Schema.Array(EventType)),
-  disabled_reason: Schema.NullOr(Schema.Literal("gone", "failing")),
-  disabled_at: Schema.NullOr(Schema.DateFromSelf)
-})
-export type WebhookState = typeof WebhookState.Type
+const statement = repoStatement("WebhooksRepo")
 
-/** A webhook with its sealed secrets. */
-export const WebhookRow = Schema.Struct({
-  ...WebhookState.fields,
-  secret_ciphertext: Schema.String,
-  /** Null once the rotation window has passed. */
-  previous_secret_ciphertext: Schema.NullOr(Schema.String)
-})
-export type WebhookRow = typeof WebhookRow.Type
-
-/** One row of the delivery log. */
-export const DeliveryRow = Schema.Struct({
-  id: Schema.String,
-  event_id: Schema.String,
-  event_type: EventType,
-  status: DeliveryStatus,
-  attempts: Schema.Number,
-  last_status_code: Schema.NullOr(Schema.Number),
-  last_error: Schema.NullOr(Schema.String),
-  next_attempt_at: Schema.DateFromSelf,
-  created_at: Schema.DateFromSelf,
-  completed_at: Schema.NullOr(Schema.DateFromSelf)
-})
-export type DeliveryRow = typeof DeliveryRow.Type
-
-/** A delivery a dispatcher has claimed, with what it needs to attempt it. */
-export const ClaimedRow = Schema.Struct({
-  id: Schema.String,
-  event_id: Schema.String,
-  account_id: Schema.String,
-  /** This attempt's number (1 for the first). */
-  attempts: Schema.Number,
-  body: Schema.String,
-  url: Schema.NullOr(Schema.String),
-  enabled: Schema.NullOr(Schema.Boolean),
-  secret_ciphertext: Schema.NullOr(Schema.String),
-  previous_secret_ciphertext: Schema.NullOr(Schema.String)
-})
-export type ClaimedRow = typeof ClaimedRow.Type
-
-const Selection = Schema.NullOr(Schema.Array(EventType))
-const Millis = Schema.Number
-const Now = Schema.DateFromSelf
-
-/** What an attempt's outcome writes (recordAttempt). */
-export const AttemptRecord = Schema.Struct({
-  deliveryId: Schema.String,
-  accountId: Schema.String,
-  token: Schema.String,
-  attempt: Schema.Number,
-  dispatcher: Schema.String,
-  statusCode: Schema.NullOr(Schema.Number),
-  durationMs: Schema.Number,
-  error: Schema.NullOr(Schema.String),
-  /** The delivery's state after this attempt. */
-  status: DeliveryStatus,
-  /** Until the next attempt (pending only). */
-  delayMs: Millis,
-  delivered: Schema.Boolean,
-  /** The endpoint answered 410 Gone: the webhook is disabled at once. */
-  gone: Schema.Boolean,
-  disableAfterMs: Millis,
-  now: Now
-})
-export type AttemptRecord = typeof AttemptRecord.Type
-
+/** A time `ms` milliseconds after `now` (before it, when negative). */
 const plus = (sql: SqlClient.SqlClient, now: Date, ms: number) =>
   sql`(${now}::timestamptz + ${ms}::float8 * interval '1 millisecond')`
 
-export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("hookline/WebhooksRepo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const statement = repoStatement("WebhooksRepo")
-    const stateColumns = sql`url, enabled, events, disabled_reason, disabled_at`
-    const deliveryColumns = sql`d.id, d.event_id, d.event_type, d.status, d.attempts, d.last_status_code, d.last_error,
-                                d.next_attempt_at, d.created_at, d.completed_at`
-    const validPreviousSecret = (alias: string) =>
-      sql`CASE WHEN ${sql(alias)}.previous_secret_expires_at > now() THEN ${sql(alias)}.previous_secret_ciphertext END
-            AS previous_secret_ciphertext`
+const stateColumns = (sql: SqlClient.SqlClient) => sql`url, enabled, events, disabled_reason, disabled_at`
 
-    // --- webhooks ---
+const deliveryColumns = (sql: SqlClient.SqlClient) =>
+  sql`d.id, d.event_id, d.event_type, d.status, d.attempts, d.last_status_code, d.last_error,
+      d.next_attempt_at, d.created_at, d.completed_at`
 
-    const findWebhook = statement("findWebhook", SqlSchema.findOne({
-      Request: Schema.String,
-      Result: WebhookRow,
-      execute: (accountId) =>
-        sql`SELECT ${stateColumns}, secret_ciphertext, ${validPreviousSecret("w")}
-              FROM webhooks w WHERE account_id = ${accountId}`
-    }))
+/** The previous secret of webhook `alias`, while its rotation window lasts. */
+const validPreviousSecret = (sql: SqlClient.SqlClient, alias: string) =>
+  sql`CASE WHEN ${sql(alias)}.previous_secret_expires_at > now() THEN ${sql(alias)}.previous_secret_ciphertext END
+        AS previous_secret_ciphertext`
 
-    /** Creates the account's webhook, enabled; None when it has one already. */
-    const createWebhook = statement("createWebhook", SqlSchema.findOne({
-      Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, secretCiphertext: Schema.String, events: Selection }),
-      Result: WebhookState,
-      execute: (request) =>
-        sql`INSERT INTO webhooks (account_id, url, enabled, secret_ciphertext, events)
-            VALUES (${request.accountId}, ${request.url}, true, ${request.secretCiphertext}, ${request.events})
-            ON CONFLICT (account_id) DO NOTHING
-            RETURNING ${stateColumns}`
-    }))
+/** The account webhook: set, retargeted, switched off, its secret rotated. */
+const webhookStatements = (sql: SqlClient.SqlClient) => {
+  const findWebhook = statement("findWebhook", SqlSchema.findOne({
+    Request: Schema.String,
+    Result: Rows.WebhookRow,
+    execute: (accountId) =>
+      sql`SELECT ${stateColumns(sql)}, secret_ciphertext, ${validPreviousSecret(sql, "w")}
+            FROM webhooks w WHERE account_id = ${accountId}`
+  }))
 
-    /** A new URL enables the webhook and clears a health disable; `events` (when given) replaces the selection. */
-    const retargetWebhook = statement("retargetWebhook", SqlSchema.single({
-      Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, events: Schema.UndefinedOr(Selection) }),
-      Result: WebhookState,
-      execute: (request) =>
-        sql`UPDATE webhooks
-               SET url = ${request.url}, enabled = true, failing_since = NULL, disabled_reason = NULL, disabled_at = NULL,
-                   ${request.events === undefined ? sql`` : sql`events = ${request.events},`} updated_at = now()
-             WHERE account_id = ${request.accountId}
-            RETURNING ${stateColumns}`
-    }))
+  /** Creates the account's webhook, enabled; None when it has one already. */
+  const createWebhook = statement("createWebhook", SqlSchema.findOne({
+    Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, secretCiphertext: Schema.String, events: Rows.Selection }),
+    Result: Rows.WebhookState,
+    execute: (request) =>
+      sql`INSERT INTO webhooks (account_id, url, enabled, secret_ciphertext, events)
+          VALUES (${request.accountId}, ${request.url}, true, ${request.secretCiphertext}, ${request.events})
+          ON CONFLICT (account_id) DO NOTHING
+          RETURNING ${stateColumns(sql)}`
+  }))
 
-    /** DELETE /v1/webhooks: off, url and secret kept. */
-    const switchOffWebhook = statement("switchOffWebhook", SqlSchema.void({
-      Request: Schema.String,
-      execute: (accountId) =>
-        sql`UPDATE webhooks SET enabled = false, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
-             WHERE account_id = ${accountId}`
-    }))
+  /** A new URL enables the webhook and clears a health disable; `events` (when given) replaces the selection. */
+  const retargetWebhook = statement("retargetWebhook", SqlSchema.single({
+    Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, events: Schema.UndefinedOr(Rows.Selection) }),
+    Result: Rows.WebhookState,
+    execute: (request) =>
+      sql`UPDATE webhooks
+             SET url = ${request.url}, enabled = true, failing_since = NULL, disabled_reason = NULL, disabled_at = NULL,
+                 ${request.events === undefined ? sql`` : sql`events = ${request.events},`} updated_at = now()
+           WHERE account_id = ${request.accountId}
+          RETURNING ${stateColumns(sql)}`
+  }))
 
-    /** Plan loss: off, url and secret kept. */
-    const disableForPlanLoss = statement("disableForPlanLoss", SqlSchema.void({
-      Request: Schema.String,
-      execute: (accountId) => sql`UPDATE webhooks SET enabled = false, updated_at = now() WHERE account_id = ${accountId}`
-    }))
+  /** DELETE /v1/webhooks: off, url and secret kept. */
+  const switchOffWebhook = statement("switchOffWebhook", SqlSchema.void({
+    Request: Schema.String,
+    execute: (accountId) =>
+      sql`UPDATE webhooks SET enabled = false, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
+           WHERE account_id = ${accountId}`
+  }))
 
-    /** The new secret becomes current; the current one stays valid for `previousTtlMs`. None: no webhook. */
-    const rotateSecret = statement("rotateSecret", SqlSchema.findOne({
-      Request: Schema.Struct({ accountId: Schema.String, secretCiphertext: Schema.String, previousTtlMs: Millis }),
-      Result: WebhookState,
-      execute: (request) =>
-        sql`UPDATE webhooks
-               SET previous_secret_ciphertext = secret_ciphertext,
-                   previous_secret_expires_at = now() + ${request.previousTtlMs}::float8 * interval '1 millisecond',
-                   secret_ciphertext = ${request.secretCiphertext},
-                   updated_at = now()
-             WHERE account_id = ${request.accountId}
-            RETURNING ${stateColumns}`
-    }))
+  /** Plan loss: off, url and secret kept. */
+  const disableForPlanLoss = statement("disableForPlanLoss", SqlSchema.void({
+    Request: Schema.String,
+    execute: (accountId) => sql`UPDATE webhooks SET enabled = false, updated_at = now() WHERE account_id = ${accountId}`
+  }))
 
-    // --- the outbox ---
+  /** The new secret becomes current; the current one stays valid for `previousTtlMs`. None: no webhook. */
+  const rotateSecret = statement("rotateSecret", SqlSchema.findOne({
+    Request: Schema.Struct({ accountId: Schema.String, secretCiphertext: Schema.String, previousTtlMs: Rows.Millis }),
+    Result: Rows.WebhookState,
+    execute: (request) =>
+      sql`UPDATE webhooks
+             SET previous_secret_ciphertext = secret_ciphertext,
+                 previous_secret_expires_at = now() + ${request.previousTtlMs}::float8 * interval '1 millisecond',
+                 secret_ciphertext = ${request.secretCiphertext},
+                 updated_at = now()
+           WHERE account_id = ${request.accountId}
+          RETURNING ${stateColumns(sql)}`
+  }))
 
-    /**
-     * Records an event for the account's webhook when it is enabled and takes this type; joins
-     * the caller's transaction. Returns the delivery id, None when nothing was queued.
-     */
-    const enqueueDelivery = statement("enqueueDelivery", SqlSchema.findOne({
-      Request: Schema.Struct({
-        deliveryId: Schema.String,
-        eventId: Schema.String,
-        accountId: Schema.String,
-        type: EventType,
-        body: Schema.String,
-        now: Now
-      }),
-      Result: Schema.Struct({ id: Schema.String }),
-      execute: (request) =>
-        sql`INSERT INTO webhook_deliveries (id, event_id, account_id, event_type, payload, body, next_attempt_at, created_at)
-            SELECT ${request.deliveryId}, ${request.eventId}, ${request.accountId}, ${request.type}, ${request.body}::jsonb,
-                   ${request.body}, ${request.now}, ${request.now}
-              FROM webhooks
-             WHERE account_id = ${request.accountId} AND enabled AND (events IS NULL OR ${request.type} = ANY (events))
-            RETURNING id`
-    }))
+  return { findWebhook, createWebhook, retargetWebhook, switchOffWebhook, disableForPlanLoss, rotateSecret } as const
+}
 
-    /** Wakes the dispatchers (sent when the caller's transaction commits). */
-    const notifyDispatchers = statement("notifyDispatchers", SqlSchema.void({
-      Request: Schema.String,
-      execute: (deliveryId) => sql`SELECT pg_notify(${deliveriesChannel}, ${deliveryId})`
-    }))
+/** The outbox: events in, the dispatchers woken, the backlog measured. */
+const outboxStatements = (sql: SqlClient.SqlClient) => {
+  /**
+   * Records an event for the account's webhook when it is enabled and takes this type; joins
+   * the caller's transaction. Returns the delivery id, None when nothing was queued.
+   */
+  const enqueueDelivery = statement("enqueueDelivery", SqlSchema.findOne({
+    Request: Rows.EnqueueRequest,
+    Result: Schema.Struct({ id: Schema.String }),
+    execute: (request) =>
+      sql`INSERT INTO webhook_deliveries (id, event_id, account_id, event_type, payload, body, next_attempt_at, created_at)
+          SELECT ${request.deliveryId}, ${request.eventId}, ${request.accountId}, ${request.type}, ${request.body}::jsonb,
+                 ${request.body}, ${request.now}, ${request.now}
+            FROM webhooks
+           WHERE account_id = ${request.accountId} AND enabled AND (events IS NULL OR ${request.type} = ANY (events))
+          RETURNING id`
+  }))
 
-    /** The outbox's backlog at `now`: deliveries pending, and how overdue the most overdue one is (0: none). */
-    const outboxBacklog = statement("outboxBacklog", SqlSchema.single({
-      Request: Now,
-      Result: Schema.Struct({ pending: Schema.Number, oldest_due_ms: Schema.Number }),
-      execute: (now) =>
-        sql`SELECT count(*)::int AS pending,
-                   COALESCE(extract(epoch FROM ${now}::timestamptz - min(next_attempt_at) FILTER (WHERE next_attempt_at <= ${now}))
-                            * 1000, 0)::float8 AS oldest_due_ms
-              FROM webhook_deliveries WHERE status = 'pending'`
-    }))
+  /** Wakes the dispatchers (sent when the caller's transaction commits). */
+  const notifyDispatchers = statement("notifyDispatchers", SqlSchema.void({
+    Request: Schema.String,
+    execute: (deliveryId) => sql`SELECT pg_notify(${deliveriesChannel}, ${deliveryId})`
+  }))
 
-    // --- the delivery log ---
+  /** The outbox's backlog at `now`: deliveries pending, and how overdue the most overdue one is (0: none). */
+  const outboxBacklog = statement("outboxBacklog", SqlSchema.single({
+    Request: Rows.Now,
+    Result: Schema.Struct({ pending: Schema.Number, oldest_due_ms: Schema.Number }),
+    execute: (now) =>
+      sql`SELECT count(*)::int AS pending,
+                 COALESCE(extract(epoch FROM ${now}::timestamptz - min(next_attempt_at) FILTER (WHERE next_attempt_at <= ${now}))
+                          * 1000, 0)::float8 AS oldest_due_ms
+            FROM webhook_deliveries WHERE status = 'pending'`
+  }))
 
-    /** A page of the account's deliveries, newest first, after `afterId` when given. */
-    const listDeliveries = statement("listDeliveries", SqlSchema.findAll({
-      Request: Schema.Struct({
-        accountId: Schema.String,
-        status: Schema.UndefinedOr(DeliveryStatus),
-        afterId: Schema.UndefinedOr(Schema.String),
-        limit: Schema.Number
-      }),
-      Result: DeliveryRow,
-      execute: (request) =>
-        sql`SELECT ${deliveryColumns} FROM webhook_deliveries d
-             WHERE d.account_id = ${request.accountId}
-               ${request.status === undefined ? sql`` : sql`AND d.status = ${request.status}`}
-               ${request.afterId === undefined ? sql`` : sql`AND d.id < ${request.afterId}`}
-             ORDER BY d.id DESC
-             LIMIT ${request.limit}`
-    }))
+  return { enqueueDelivery, notifyDispatchers, outboxBacklog } as const
+}
 
-    const findDelivery = statement("findDelivery", SqlSchema.findOne({
-      Request: Schema.Struct({ accountId: Schema.String, id: Schema.String }),
-      Result: DeliveryRow,
-      execute: (request) =>
-        sql`SELECT ${deliveryColumns} FROM webhook_deliveries d WHERE d.id = ${request.id} AND d.account_id = ${request.accountId}`
-    }))
+/** The delivery log: pages, one delivery, a retry, the retention sweep. */
+const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
+  /** A page of the account's deliveries, newest first, after `afterId` when given. */
+  const listDeliveries = statement("listDeliveries", SqlSchema.findAll({
+    Request: Rows.ListRequest,
+    Result: Rows.DeliveryRow,
+    execute: (request) =>
+      sql`SELECT ${deliveryColumns(sql)} FROM webhook_deliveries d
+           WHERE d.account_id = ${request.accountId}
+             ${request.status === undefined ? sql`` : sql`AND d.status = ${request.status}`}
+             ${request.afterId === undefined ? sql`` : sql`AND d.id < ${request.afterId}`}
+           ORDER BY d.id DESC
+           LIMIT ${request.limit}`
+  }))
 
-    /**
-     * A pending or failed delivery becomes due at `now`, when the webhook is enabled and no
-     * dispatcher holds it. None: left as it is.
-     */
-    const requeueDelivery = statement("requeueDelivery", SqlSchema.findOne({
-      Request: Schema.Struct({ accountId: Schema.String, id: Schema.String, now: Now }),
-      Result: DeliveryRow,
-      execute: (request) =>
-        sql`UPDATE webhook_deliveries d
-               SET status = 'pending', next_attempt_at = ${request.now}, completed_at = NULL
-              FROM webhooks w
-             WHERE d.id = ${request.id} AND d.account_id = ${request.accountId} AND d.status <> 'delivered'
-               AND d.claim_token IS NULL AND w.account_id = d.account_id AND w.enabled
-            RETURNING ${deliveryColumns}`
-    }))
+  const findDelivery = statement("findDelivery", SqlSchema.findOne({
+    Request: Schema.Struct({ accountId: Schema.String, id: Schema.String }),
+    Result: Rows.DeliveryRow,
+    execute: (request) =>
+      sql`SELECT ${deliveryColumns(sql)} FROM webhook_deliveries d WHERE d.id = ${request.id} AND d.account_id = ${request.accountId}`
+  }))
 
-    /** Deletes up to `batch` finished deliveries (and their attempts) created before the cutoff; returns how many. */
-    const sweepFinishedDeliveries = statement("sweepFinishedDeliveries", SqlSchema.single({
-      Request: Schema.Struct({ retentionMs: Millis, batch: Schema.Number, now: Now }),
-      Result: Schema.Struct({ swept: Schema.Number }),
-      execute: (request) =>
-        sql`WITH gone AS (
-              DELETE FROM webhook_deliveries WHERE id IN (
-                SELECT id FROM webhook_deliveries
-                 WHERE created_at < ${plus(sql, request.now, -request.retentionMs)} AND status <> 'pending'
-                 ORDER BY created_at LIMIT ${request.batch})
-              RETURNING 1
-            )
-            SELECT count(*)::int AS swept FROM gone`
-    }))
+  /**
+   * A pending or failed delivery becomes due at `now`, when the webhook is enabled and no
+   * dispatcher holds it. None: left as it is.
+   */
+  const requeueDelivery = statement("requeueDelivery", SqlSchema.findOne({
+    Request: Schema.Struct({ accountId: Schema.String, id: Schema.String, now: Rows.Now }),
+    Result: Rows.DeliveryRow,
+    execute: (request) =>
+      sql`UPDATE webhook_deliveries d
+             SET status = 'pending', next_attempt_at = ${request.now}, completed_at = NULL
+            FROM webhooks w
+           WHERE d.id = ${request.id} AND d.account_id = ${request.accountId} AND d.status <> 'delivered'
+             AND d.claim_token IS NULL AND w.account_id = d.account_id AND w.enabled
+          RETURNING ${deliveryColumns(sql)}`
+  }))
 
-    // --- the dispatcher's transitions ---
+  /** Deletes up to `batch` finished deliveries (and their attempts) created before the cutoff; returns how many. */
+  const sweepFinishedDeliveries = statement("sweepFinishedDeliveries", SqlSchema.single({
+    Request: Schema.Struct({ retentionMs: Rows.Millis, batch: Schema.Number, now: Rows.Now }),
+    Result: Schema.Struct({ swept: Schema.Number }),
+    execute: (request) =>
+      sql`WITH gone AS (
+            DELETE FROM webhook_deliveries WHERE id IN (
+              SELECT id FROM webhook_deliveries
+               WHERE created_at < ${plus(sql, request.now, -request.retentionMs)} AND status <> 'pending'
+               ORDER BY created_at LIMIT ${request.batch})
+            RETURNING 1
+          )
+          SELECT count(*)::int AS swept FROM gone`
+  }))
 
-    /**
-     * Claims up to `limit` due deliveries under `token`: counts the attempt and leases each for
-     * `leaseMs`, so no other dispatcher takes it meanwhile and no transaction stays open.
-     */
-    const claimDueDeliveries = statement("claimDueDeliveries", SqlSchema.findAll({
-      Request: Schema.Struct({ limit: Schema.Number, token: Schema.String, leaseMs: Millis, now: Now }),
-      Result: ClaimedRow,
-      execute: (request) =>
-        sql`WITH due AS (
-              SELECT id, account_id FROM webhook_deliveries
-               WHERE status = 'pending' AND next_attempt_at <= ${request.now}
-               ORDER BY next_attempt_at
-               LIMIT ${request.limit}
-               FOR UPDATE SKIP LOCKED
-            )
-            UPDATE webhook_deliveries d
-               SET attempts = d.attempts + 1,
-                   next_attempt_at = ${plus(sql, request.now, request.leaseMs)},
-                   claim_token = ${request.token}
-              FROM due LEFT JOIN webhooks w ON w.account_id = due.account_id
-             WHERE d.id = due.id
-            RETURNING d.id, d.event_id, d.account_id, d.attempts, COALESCE(d.body, d.payload::text) AS body,
-                      w.url, w.enabled, w.secret_ciphertext, ${validPreviousSecret("w")}`
-    }))
+  return { listDeliveries, findDelivery, requeueDelivery, sweepFinishedDeliveries } as const
+}
 
-    /** Milliseconds from `now` until the next pending delivery is due (null: none pending). */
-    const untilNextDue = statement("untilNextDue", SqlSchema.single({
-      Request: Now,
-      Result: Schema.Struct({ wait_ms: Schema.NullOr(Schema.Number) }),
-      execute: (now) =>
-        sql`SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - ${now}::timestamptz) * 1000 AS wait_ms
-              FROM webhook_deliveries WHERE status = 'pending'`
-    }))
+/** The statement of recordAttempt: the attempt row, the delivery's next state, the endpoint's health. */
+const recordAttemptSql = (sql: SqlClient.SqlClient, request: typeof Rows.AttemptRecord.Encoded) => {
+  const failingTooLong = sql`w.failing_since <= ${plus(sql, request.now, -request.disableAfterMs)}`
+  const disabledReason = request.gone ? sql`'gone'` : sql`CASE WHEN ${failingTooLong} THEN 'failing' END`
+  const health = request.delivered
+    ? sql`UPDATE webhooks w SET failing_since = NULL
+           WHERE w.account_id = ${request.accountId} AND w.failing_since IS NOT NULL AND EXISTS (SELECT 1 FROM claim)`
+    : sql`UPDATE webhooks w
+             SET failing_since = COALESCE(w.failing_since, ${request.now}),
+                 enabled = ${disabledReason} IS NULL,
+                 disabled_reason = ${disabledReason},
+                 disabled_at = CASE WHEN ${disabledReason} IS NULL THEN NULL ELSE ${request.now}::timestamptz END,
+                 updated_at = now()
+           WHERE w.account_id = ${request.accountId} AND w.enabled AND EXISTS (SELECT 1 FROM claim)
+             AND (w.failing_since IS NULL OR ${request.gone} OR ${failingTooLong})`
+  return sql`
+    WITH claim AS (
+      SELECT 1 FROM webhook_deliveries WHERE id = ${request.deliveryId} AND claim_token = ${request.token}
+    ),
+    attempt AS (
+      INSERT INTO webhook_attempts (delivery_id, attempt, dispatcher, status_code, duration_ms, error, attempted_at)
+      VALUES (${request.deliveryId}, ${request.attempt}, ${request.dispatcher}, ${request.statusCode},
+              ${Math.round(request.durationMs)}, ${request.error}, ${request.now})
+    ),
+    health AS (${health})
+    UPDATE webhook_deliveries
+       SET status = ${request.status},
+           next_attempt_at = ${plus(sql, request.now, request.delayMs)},
+           last_status_code = ${request.statusCode},
+           last_error = ${request.error},
+           completed_at = ${request.status === "pending" ? sql`NULL` : sql`${request.now}::timestamptz`},
+           claim_token = NULL
+     WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
+}
 
-    /**
-     * An attempt's outcome, in one statement: the attempt row (it was made, so it is always
-     * recorded), and, guarded by the claim token, the delivery's next state and the endpoint's
-     * health (a streak starts, ends, or disables the webhook; written only when something changes).
-     */
-    const recordAttempt = statement("recordAttempt", SqlSchema.void({
-      Request: AttemptRecord,
-      execute: (request) => {
-        const failingTooLong = sql`w.failing_since <= ${plus(sql, request.now, -request.disableAfterMs)}`
-        const disabledReason = request.gone ? sql`'gone'` : sql`CASE WHEN ${failingTooLong} THEN 'failing' END`
-        const health = request.delivered
-          ? sql`UPDATE webhooks w SET failing_since = NULL
-                 WHERE w.account_id = ${request.accountId} AND w.failing_since IS NOT NULL AND EXISTS (SELECT 1 FROM claim)`
-          : sql`UPDATE webhooks w
-                   SET failing_since = COALESCE(w.failing_since, ${request.now}),
-                       enabled = ${disabledReason} IS NULL,
-                       disabled_reason = ${disabledReason},
-                       disabled_at = CASE WHEN ${disabledReason} IS NULL THEN NULL ELSE ${request.now}::timestamptz END,
-                       updated_at = now()
-                 WHERE w.account_id = ${request.accountId} AND w.enabled AND EXISTS (SELECT 1 FROM claim)
-                   AND (w.failing_since IS NULL OR ${request.gone} OR ${failingTooLong})`
-        return sql`
-          WITH claim AS (
-            SELECT 1 FROM webhook_deliveries WHERE id = ${request.deliveryId} AND claim_token = ${request.token}
-          ),
-          attempt AS (
-            INSERT INTO webhook_attempts (delivery_id, attempt, dispatcher, status_code, duration_ms, error, attempted_at)
-            VALUES (${request.deliveryId}, ${request.attempt}, ${request.dispatcher}, ${request.statusCode},
-                    ${Math.round(request.durationMs)}, ${request.error}, ${request.now})
-          ),
-          health AS (${health})
-          UPDATE webhook_deliveries
-             SET status = ${request.status},
-                 next_attempt_at = ${plus(sql, request.now, request.delayMs)},
-                 last_status_code = ${request.statusCode},
-                 last_error = ${request.error},
-                 completed_at = ${request.status === "pending" ? sql`NULL` : sql`${request.now}::timestamptz`},
-                 claim_token = NULL
+/** The dispatcher's transitions: claim, record, drop, release. */
+const dispatchStatements = (sql: SqlClient.SqlClient) => {
+  /**
+   * Claims up to `limit` due deliveries under `token`: counts the attempt and leases each for
+   * `leaseMs`, so no other dispatcher takes it meanwhile and no transaction stays open.
+   */
+  const claimDueDeliveries = statement("claimDueDeliveries", SqlSchema.findAll({
+    Request: Schema.Struct({ limit: Schema.Number, token: Schema.String, leaseMs: Rows.Millis, now: Rows.Now }),
+    Result: Rows.ClaimedRow,
+    execute: (request) =>
+      sql`WITH due AS (
+            SELECT id, account_id FROM webhook_deliveries
+             WHERE status = 'pending' AND next_attempt_at <= ${request.now}
+             ORDER BY next_attempt_at
+             LIMIT ${request.limit}
+             FOR UPDATE SKIP LOCKED
+          )
+          UPDATE webhook_deliveries d
+             SET attempts = d.attempts + 1,
+                 next_attempt_at = ${plus(sql, request.now, request.leaseMs)},
+                 claim_token = ${request.token}
+            FROM due LEFT JOIN webhooks w ON w.account_id = due.account_id
+           WHERE d.id = due.id
+          RETURNING d.id, d.event_id, d.account_id, d.attempts, COALESCE(d.body, d.payload::text) AS body,
+                    w.url, w.enabled, w.secret_ciphertext, ${validPreviousSecret(sql, "w")}`
+  }))
+
+  /** Milliseconds from `now` until the next pending delivery is due (null: none pending). */
+  const untilNextDue = statement("untilNextDue", SqlSchema.single({
+    Request: Rows.Now,
+    Result: Schema.Struct({ wait_ms: Schema.NullOr(Schema.Number) }),
+    execute: (now) =>
+      sql`SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - ${now}::timestamptz) * 1000 AS wait_ms
+            FROM webhook_deliveries WHERE status = 'pending'`
+  }))
+
+  /**
+   * An attempt's outcome, in one statement: the attempt row (it was made, so it is always
+   * recorded), and, guarded by the claim token, the delivery's next state and the endpoint's
+   * health (a streak starts, ends, or disables the webhook; written only when something changes).
+   */
+  const recordAttempt = statement("recordAttempt", SqlSchema.void({
+    Request: Rows.AttemptRecord,
+    execute: (request) => recordAttemptSql(sql, request)
+  }))
+
+  /** The webhook is disabled (or gone): the event is not sent and not retried; the claim's attempt does not count. */
+  const dropForDisabledWebhook = statement("dropForDisabledWebhook", SqlSchema.void({
+    Request: Rows.ClaimRequest,
+    execute: (request) =>
+      sql`UPDATE webhook_deliveries
+             SET status = 'failed', attempts = attempts - 1, last_error = 'webhook disabled',
+                 completed_at = ${request.now}, claim_token = NULL
            WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
-      }
-    }))
+  }))
 
-    const ClaimRequest = Schema.Struct({ deliveryId: Schema.String, token: Schema.String, now: Now })
+  /** A clean shutdown hands an unfinished attempt back, due at once (it does not count). */
+  const releaseClaim = statement("releaseClaim", SqlSchema.void({
+    Request: Rows.ClaimRequest,
+    execute: (request) =>
+      sql`UPDATE webhook_deliveries
+             SET attempts = attempts - 1, next_attempt_at = ${request.now}, claim_token = NULL
+           WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
+  }))
 
-    /** The webhook is disabled (or gone): the event is not sent and not retried; the claim's attempt does not count. */
-    const dropForDisabledWebhook = statement("dropForDisabledWebhook", SqlSchema.void({
-      Request: ClaimRequest,
-      execute: (request) =>
-        sql`UPDATE webhook_deliveries
-               SET status = 'failed', attempts = attempts - 1, last_error = 'webhook disabled',
-                   completed_at = ${request.now}, claim_token = NULL
-             WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
-    }))
+  return { claimDueDeliveries, untilNextDue, recordAttempt, dropForDisabledWebhook, releaseClaim } as const
+}
 
-    /** A clean shutdown hands an unfinished attempt back, due at once (it does not count). */
-    const releaseClaim = statement("releaseClaim", SqlSchema.void({
-      Request: ClaimRequest,
-      execute: (request) =>
-        sql`UPDATE webhook_deliveries
-               SET attempts = attempts - 1, next_attempt_at = ${request.now}, claim_token = NULL
-             WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
-    }))
-
-    return {
-      findWebhook,
-      createWebhook,
-      retargetWebhook,
-      switchOffWebhook,
-      disableForPlanLoss,
-      rotateSecret,
-      enqueueDelivery,
-      notifyDispatchers,
-      outboxBacklog,
-      listDeliveries,
-      findDelivery,
-      requeueDelivery,
-      sweepFinishedDeliveries,
-      claimDueDeliveries,
-      untilNextDue,
-      recordAttempt,
-      dropForDisabledWebhook,
-      releaseClaim
-    } as const
-  })
+export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("hookline/WebhooksRepo", {
+  effect: Effect.map(SqlClient.SqlClient, (sql) => ({
+    ...webhookStatements(sql),
+    ...outboxStatements(sql),
+    ...deliveryLogStatements(sql),
+    ...dispatchStatements(sql)
+  }))
 }) {}

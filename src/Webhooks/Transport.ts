@@ -12,6 +12,7 @@
  */
 import { Clock, Duration, Effect } from "effect"
 import { recordWebhookAttempt, webhookOutcome } from "../Observability/Metrics.js"
+import type { WebhookConfig } from "./Config.js"
 import { signatureHeaders } from "./Signing.js"
 import { type Address, resolveTarget, type Target, type UrlRefused, type UrlRules } from "./UrlPolicy.js"
 
@@ -38,6 +39,14 @@ export interface AttemptRules extends UrlRules {
   readonly timeout: Duration.Duration
   readonly resolveTimeout: Duration.Duration
 }
+
+/** The rules of this server's attempts, from its settings. */
+export const attemptRules = (config: WebhookConfig): AttemptRules => ({
+  allowInsecure: config.allowInsecure,
+  allowPrivate: config.allowPrivate,
+  timeout: config.timeout,
+  resolveTimeout: config.resolveTimeout
+})
 
 const userAgent = "Hookline-Webhooks/1.0"
 

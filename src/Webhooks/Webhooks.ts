@@ -14,10 +14,11 @@ import type { Prediction } from "../Predictions/Api.js"
 import { DatabaseMode } from "../Sql.js"
 import type { EventType, Webhook, WebhookSecret, WebhookTest } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
-import { type WebhookState, WebhooksRepo } from "./Repo.js"
-import { makeSecretBox, type SecretUnreadable } from "./SecretBox.js"
+import { WebhooksRepo } from "./Repo.js"
+import type { WebhookState } from "./Rows.js"
+import { makeSecretBox, type SecretBox, type SecretUnreadable } from "./SecretBox.js"
 import { eventBody, generateSecret } from "./Signing.js"
-import { type AttemptRules, makeAttempts, WebhookTransport } from "./Transport.js"
+import { type AttemptRules, type Attempts, attemptRules, makeAttempts, WebhookTransport } from "./Transport.js"
 import { resolveTarget } from "./UrlPolicy.js"
 
 export type { EventType } from "./Api.js"
@@ -54,6 +55,67 @@ const syntheticPrediction = (now: Date): Prediction => ({
   error: null
 })
 
+/** The PUT's field error. */
+const urlField = (refusal: string) => `url: ${refusal}`
+
+/** The stored URL may have been accepted under other settings than this server's. */
+const configuredUrl = (url: string) => (refusal: string) =>
+  `The configured webhook URL ${url} is refused by this server: ` +
+  `${refusal.startsWith("must") ? `it ${refusal}` : refusal}. Set another with PUT /v1/webhooks.`
+
+/** The signing secrets of a webhook row: the current one first, then the previous one if still valid. */
+const openSecretsWith = (box: SecretBox) =>
+(accountId: string, current: string, previous: string | null): Either.Either<ReadonlyArray<string>, SecretUnreadable> =>
+  Either.all(previous === null ? [box.open(current, accountId)] : [box.open(current, accountId), box.open(previous, accountId)])
+
+/** What the test send needs from the service. */
+interface TestSendDeps {
+  readonly repo: WebhooksRepo
+  readonly attempts: Attempts
+  readonly rules: AttemptRules
+  readonly openSecrets: ReturnType<typeof openSecretsWith>
+}
+
+/**
+ * The test send: one synchronous, signed attempt of a synthetic prediction.succeeded event;
+ * nothing is stored. The URL is checked again first: one that now breaks a rule (resolves to a
+ * private address) is 422 naming the rule, while a host that no longer resolves is what a real
+ * delivery would meet too, an attempt without an HTTP answer (delivered false, status_code null).
+ */
+const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
+  Effect.fn("Webhooks.sendTest")(function*(accountId: string) {
+    const row = yield* repo.findWebhook(accountId)
+    if (Option.isNone(row) || !row.value.enabled) return yield* notConfigured
+    const target = yield* resolveTarget(row.value.url, rules, rules.resolveTimeout).pipe(
+      Effect.map(Option.some),
+      Effect.catchIf((refused) => refused.unresolved === true, () => Effect.succeedNone),
+      Effect.mapError((refused) => new ValidationFailed({ message: configuredUrl(row.value.url)(refused.message) }))
+    )
+    const signingSecrets = yield* Either.match(
+      openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
+      { onLeft: (unreadable) => Effect.dieMessage(`webhook secret of ${accountId}: ${unreadable.message}`), onRight: Effect.succeed }
+    )
+    const now = new Date(yield* Clock.currentTimeMillis)
+    const eventId = newId("evt")
+    const body = eventBody({ id: eventId, type: "prediction.succeeded", createdAt: now.toISOString(), data: syntheticPrediction(now) })
+    const input = { url: row.value.url, secrets: signingSecrets, eventId, body }
+    const outcome = yield* Option.match(target, {
+      onSome: (checked) => attempts.attemptAt(checked, input),
+      onNone: () => attempts.attempt(input)
+    })
+    yield* Effect.annotateLogs(Effect.logInfo("webhook test sent"), {
+      account_id: accountId,
+      delivered: outcome.delivered,
+      status_code: outcome.statusCode ?? "none"
+    })
+    return {
+      object: "webhook_test",
+      delivered: outcome.delivered,
+      status_code: outcome.statusCode,
+      event: "prediction.succeeded"
+    } satisfies WebhookTest
+  })
+
 export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
   effect: Effect.gen(function*() {
     const repo = yield* WebhooksRepo
@@ -62,39 +124,11 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
     const config = yield* WebhookConfig
     const secrets = yield* Secrets
     const box = makeSecretBox(Redacted.value(secrets.webhookSecretKey))
-    const rules: AttemptRules = {
-      allowInsecure: config.allowInsecure,
-      allowPrivate: config.allowPrivate,
-      timeout: config.timeout,
-      resolveTimeout: config.resolveTimeout
-    }
+    const rules = attemptRules(config)
     const attempts = makeAttempts(transport, rules)
+    const openSecrets = openSecretsWith(box)
+    const sendTest = makeTestSend({ repo, attempts, rules, openSecrets })
 
-    /** The signing secrets of a webhook row: the current one first, then the previous one if still valid. */
-    const openSecrets = (
-      accountId: string,
-      current: string,
-      previous: string | null
-    ): Either.Either<ReadonlyArray<string>, SecretUnreadable> =>
-      Either.all(
-        previous === null
-          ? [box.open(current, accountId)]
-          : [box.open(current, accountId), box.open(previous, accountId)]
-      )
-
-    /** Checks a URL under this server's settings; `explain` turns the refusal into the 422 message. */
-    const checkUrl = (url: string, explain: (refusal: string) => string) =>
-      resolveTarget(url, rules, config.resolveTimeout).pipe(
-        Effect.mapError((refused) => new ValidationFailed({ message: explain(refused.message) }))
-      )
-
-    /** The PUT's field error. */
-    const urlField = (refusal: string) => `url: ${refusal}`
-
-    /** The stored URL may have been accepted under other settings than this server's. */
-    const configuredUrl = (url: string) => (refusal: string) =>
-      `The configured webhook URL ${url} is refused by this server: ` +
-      `${refusal.startsWith("must") ? `it ${refusal}` : refusal}. Set another with PUT /v1/webhooks.`
 
     const get = Effect.fn("Webhooks.get")(function*(accountId: string) {
       return Option.match(yield* repo.findWebhook(accountId), {
@@ -108,7 +142,9 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
      * selection when given. The secret is issued only when the webhook is created.
      */
     const set = Effect.fn("Webhooks.set")(function*(accountId: string, url: string, events?: ReadonlyArray<EventType | "*">) {
-      yield* checkUrl(url, urlField)
+      yield* resolveTarget(url, rules, rules.resolveTimeout).pipe(
+        Effect.mapError((refused) => new ValidationFailed({ message: urlField(refused.message) }))
+      )
       const secret = generateSecret()
       const selection = events === undefined ? null : storedEvents(events)
       const created = yield* repo.createWebhook({ accountId, url, secretCiphertext: box.seal(secret, accountId), events: selection })
@@ -135,45 +171,6 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
       return withSecret(webhookOf(rotated.value), secret)
     })
 
-    /**
-     * One synchronous, signed attempt of a synthetic prediction.succeeded event; nothing is stored.
-     * The URL is checked again first: one that now breaks a rule (resolves to a private address)
-     * is 422 naming the rule, while a host that no longer resolves is what a real delivery would
-     * meet too, an attempt without an HTTP answer (delivered false, status_code null).
-     */
-    const sendTest = Effect.fn("Webhooks.sendTest")(function*(accountId: string) {
-      const row = yield* repo.findWebhook(accountId)
-      if (Option.isNone(row) || !row.value.enabled) return yield* notConfigured
-      const target = yield* resolveTarget(row.value.url, rules, config.resolveTimeout).pipe(
-        Effect.map(Option.some),
-        Effect.catchIf((refused) => refused.unresolved === true, () => Effect.succeedNone),
-        Effect.mapError((refused) => new ValidationFailed({ message: configuredUrl(row.value.url)(refused.message) }))
-      )
-      const signingSecrets = yield* Either.match(
-        openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
-        { onLeft: (unreadable) => Effect.dieMessage(`webhook secret of ${accountId}: ${unreadable.message}`), onRight: Effect.succeed }
-      )
-      const now = new Date(yield* Clock.currentTimeMillis)
-      const eventId = newId("evt")
-      const body = eventBody({ id: eventId, type: "prediction.succeeded", createdAt: now.toISOString(), data: syntheticPrediction(now) })
-      const input = { url: row.value.url, secrets: signingSecrets, eventId, body }
-      const outcome = yield* Option.match(target, {
-        onSome: (checked) => attempts.attemptAt(checked, input),
-        onNone: () => attempts.attempt(input)
-      })
-      yield* Effect.annotateLogs(Effect.logInfo("webhook test sent"), {
-        account_id: accountId,
-        delivered: outcome.delivered,
-        status_code: outcome.statusCode ?? "none"
-      })
-      return {
-        object: "webhook_test",
-        delivered: outcome.delivered,
-        status_code: outcome.statusCode,
-        event: "prediction.succeeded"
-      } satisfies WebhookTest
-    })
-
     /** Plan loss disables the account webhook; url and secret are kept. Joins the caller's transaction. */
     const disableForAccount = (accountId: string) => repo.disableForPlanLoss(accountId)
 
@@ -195,7 +192,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
       }
     )
 
-    return { config, rules, attempts, openSecrets, get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent } as const
+    return { config, attempts, openSecrets, get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent } as const
   }),
   dependencies: [Secrets.Live, WebhooksRepo.Default, WebhookTransport.Default]
 }) {}
