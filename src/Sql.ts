@@ -3,9 +3,10 @@
  * PGlite. Migrations run when the layer is built, so the app only starts on a migrated schema.
  */
 import { BunContext } from "@effect/platform-bun"
+import { SqlClient, type Statement } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Context, Duration, Effect, Layer, Option, ParseResult, Redacted, Stream } from "effect"
+import { Context, Duration, Effect, FiberRef, Layer, Option, ParseResult, Redacted, Stream } from "effect"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
 import { ServerConfig } from "./Config.js"
@@ -98,6 +99,75 @@ export const orDieOnDb = <A, E, R>(
     error instanceof SqlError || ParseResult.isParseError(error)
       ? Effect.die(error)
       : Effect.fail(error as Exclude<E, SqlError | ParseResult.ParseError>))
+
+/** A time limit for one statement: past it the query is cancelled on the server and `onTimeout` is the failure. */
+export interface Deadline<E> {
+  readonly duration: Duration.Duration
+  readonly onTimeout: () => E
+}
+
+/**
+ * Runs statements on the pool directly when the fiber is neither inside a transaction nor
+ * tracing. @effect/sql wraps every statement in its own Scope and span, and `Effect.timeout`
+ * forks a fiber per call; together they cost more CPU than the query itself (bench/README.md,
+ * "Where a request's CPU goes"). The hot routes run one to three statements and no transaction.
+ * Inside a transaction or a sampled trace the statement runs as usual, on the transaction's
+ * connection and with its span; so does every statement when no DbPool is provided (a service
+ * built on a bare PgClient layer, as some tests do).
+ */
+export const StatementRunner = Effect.map(Effect.serviceOption(DbPool), (pooled) => {
+  const pool = Option.getOrUndefined(pooled)
+  const cancelBackend = (pool: Pg.Pool, backend: number) => pool.query("SELECT pg_cancel_backend($1)", [backend]).then(() => undefined, () => undefined)
+
+  const direct = <A extends object, E>(pool: Pg.Pool, text: string, params: ReadonlyArray<unknown>, deadline: Deadline<E> | undefined) =>
+    Effect.async<ReadonlyArray<A>, SqlError | E>((resume) => {
+      let abandoned = false
+      // The backend running the query, while it runs (pg's client has it at run time; its types do not say so).
+      let backend: number | undefined
+      const timer = deadline === undefined ? undefined : setTimeout(() => {
+        abandoned = true
+        if (backend !== undefined) void cancelBackend(pool, backend)
+        resume(Effect.fail(deadline.onTimeout()))
+      }, Duration.toMillis(deadline.duration))
+      pool.connect((connectError, client, release) => {
+        if (connectError !== undefined || client === undefined) {
+          clearTimeout(timer)
+          return abandoned ? undefined : resume(Effect.fail(new SqlError({ cause: connectError, message: "Failed to acquire connection" })))
+        }
+        if (abandoned) return release()
+        backend = (client as Pg.PoolClient & { readonly processID?: number }).processID
+        client.query<A>(text, params as Array<unknown>, (queryError, result) => {
+          backend = undefined
+          clearTimeout(timer)
+          // A connection whose query failed for a reason other than SQL (a lost socket) is dropped.
+          release(queryError instanceof Error && !("code" in queryError) ? queryError : undefined)
+          if (abandoned) return
+          resume(queryError === null || queryError === undefined
+            ? Effect.succeed(result.rows)
+            : Effect.fail(new SqlError({ cause: queryError, message: "Failed to execute statement" })))
+        })
+      })
+      // Interrupted mid-query (a client gone): ask the server to stop it, as sql-pg does.
+      return Effect.suspend(() => {
+        abandoned = true
+        clearTimeout(timer)
+        return backend === undefined ? Effect.void : Effect.promise(() => cancelBackend(pool, backend!)).pipe(Effect.timeoutOption(5000))
+      })
+    })
+
+  function run<A extends object>(statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError>
+  function run<A extends object, E>(statement: Statement.Statement<A>, deadline: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E>
+  function run<A extends object, E>(statement: Statement.Statement<A>, deadline?: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E> {
+    return Effect.withFiberRuntime((fiber) => {
+      if (pool === undefined || fiber.getFiberRef(FiberRef.currentTracerEnabled) || fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)) {
+        return deadline === undefined ? statement : Effect.timeoutFail(statement, deadline)
+      }
+      const [text, params] = statement.compile()
+      return direct<A, E>(pool, text, params, deadline)
+    })
+  }
+  return run
+})
 
 /**
  * LISTEN on `channel` over a connection of its own, as a stream of notification payloads; the

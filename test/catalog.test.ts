@@ -684,8 +684,11 @@ describe("the search structures follow every write to hooks", () => {
   })
 })
 
-describe("a search that runs too long", () => {
-  test("is cancelled in the database, answered 503 and costs nothing", async () => {
+describe("a search or list that runs too long", () => {
+  test.each([
+    ["search", "hook_search", "/v1/hooks/search?q=anything", "hook_search_page"],
+    ["list", "hooks", "/v1/hooks/list?category=fitness", "FROM hooks"]
+  ])("a %s is cancelled in the database, answered 503 and costs nothing", async (_kind, table, path, runningQuery) => {
     const slow = await startTestServer({ SEARCH_TIMEOUT: "300 millis" })
     // Own connections, each closed before the database is dropped.
     const blocker = new Pg.Client({ connectionString: slow.databaseUrl })
@@ -694,6 +697,7 @@ describe("a search that runs too long", () => {
     await observer.connect()
     try {
       const account = await slow.account({ plan: "enterprise", monthly_balance: 10 })
+      await slow.admin("/admin/catalog/categories", { method: "PUT", body: [{ slug: "fitness", name: "Fitness" }] })
       const wallet = async () =>
         (await observer.query(
           `SELECT w.monthly_balance::int AS monthly,
@@ -704,18 +708,19 @@ describe("a search that runs too long", () => {
         )).rows[0]
       // Holding an exclusive lock on the search table makes any search wait, deterministically.
       await blocker.query("BEGIN")
-      await blocker.query("LOCK TABLE hook_search IN ACCESS EXCLUSIVE MODE")
-      const response = await slow.request("/v1/hooks/search?q=anything", { key: account.key })
+      await blocker.query(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
+      const response = await slow.request(path, { key: account.key })
       expect(response.status).toBe(503)
       expect((response.body as ErrorBody).error.type).toBe("service_unavailable")
       expect(response.headers.get("x-credits-charged")).toBeNull()
       const waiting = await observer.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%hook_search_page%' AND state = 'active' AND pid <> pg_backend_pid()"
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1 AND state = 'active' AND pid <> pg_backend_pid() AND pid <> $2",
+        [`%${runningQuery}%`, (blocker as Pg.Client & { readonly processID: number }).processID]
       )
       expect(waiting.rows[0].n).toBe(0)
       await blocker.query("ROLLBACK")
       expect(await wallet()).toEqual({ monthly: 10, journal: 10, pending: 0 })
-      expect((await slow.request("/v1/hooks/search?q=anything", { key: account.key })).status).toBe(200)
+      expect((await slow.request(path, { key: account.key })).status).toBe(200)
     } finally {
       await blocker.end()
       await observer.end()

@@ -6,7 +6,7 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Option, type ParseResult, Schema } from "effect"
 import { ServiceUnavailable } from "../Errors.js"
-import { orDieOnDb } from "../Sql.js"
+import { orDieOnDb, StatementRunner } from "../Sql.js"
 import { type HookCategory, HookLean, type HookRich } from "./Api.js"
 import {
   catalogVersionSql,
@@ -68,6 +68,7 @@ const pageRows = <A extends { readonly id: string }, I>(schema: Schema.Schema<A,
     rows.length === 0 ? Effect.succeed([]) : Effect.as(checkOne(rows[0]), rows as ReadonlyArray<A>)
 }
 const decodeSearchRows = pageRows(SearchRow)
+const searchAdvice = "try more specific words."
 const decodeListRows = pageRows(ListRow)
 const decodeRichRows = rowsOf(RichRow)
 const decodeFound = rowsOf(Schema.Struct({ found: Schema.Boolean }))
@@ -119,13 +120,21 @@ export const normaliseQuery = (q: string): string => q.trim().replace(/\s+/g, " 
 export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCatalog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const run = yield* StatementRunner
     const config = yield* CatalogConfig
     const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(config.cacheEntries)
     /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
     const searchableQueries = lruCache<boolean>(config.cacheEntries)
 
     const query = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
-      sql.unsafe(text, params as Array<unknown>).pipe(Effect.flatMap(decode))
+      run(sql.unsafe(text, params as Array<unknown>)).pipe(Effect.flatMap(decode))
+
+    /** A page query under SEARCH_TIMEOUT: past it the query is cancelled and the caller gets a 503 (nothing charged). */
+    const pageQuery = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>, what: string, advice: string) =>
+      run(sql.unsafe(text, params as Array<unknown>), {
+        duration: config.searchTimeout,
+        onTimeout: () => new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(config.searchTimeout)}; ${advice}` })
+      }).pipe(Effect.flatMap(decode))
 
     const categories = sql<HookCategory>`SELECT slug, name FROM categories ORDER BY name, slug`.pipe(
       Effect.map((rows) => ({
@@ -159,7 +168,7 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
     )
 
     /** Serves first pages from the cache while the catalog version is unchanged. */
-    const cachedFirstPage = <P>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>>) =>
+    const cachedFirstPage = <P, E>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E>) =>
       isFirst && config.cacheEntries > 0
         ? Effect.gen(function*() {
           const version = yield* catalogVersion
@@ -196,14 +205,14 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
     const searchRows = (normalised: string, after: Option.Option<SearchPosition>) =>
       Effect.flatMap(hasSearchableWord(normalised), (searchable) =>
         searchable
-          ? query(decodeSearchRows, searchPageSql, Option.match(after, {
+          ? pageQuery(decodeSearchRows, searchPageSql, Option.match(after, {
             onNone: () => [normalised, null, null, null, pageSize + 1, config.searchWalkWindow],
             onSome: ([k1, k2, id]) => [normalised, k1, k2, id, pageSize + 1, config.searchWalkWindow]
-          }))
-          : query(decodeSearchRows, substringPageSql, Option.match(after, {
+          }), "search", searchAdvice)
+          : pageQuery(decodeSearchRows, substringPageSql, Option.match(after, {
             onNone: () => [normalised, null, null, pageSize + 1, config.searchWalkWindow],
             onSome: ([, k2, id]) => [normalised, k2, id, pageSize + 1, config.searchWalkWindow]
-          })))
+          }), "search", searchAdvice))
 
     /** One page of search results for a normalised query with a searchable or substring match. */
     const search = (normalised: string, after: Option.Option<SearchPosition>) =>
@@ -214,14 +223,6 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
           Effect.map((rows) => toPage(rows, (row): SearchPosition => [row.k1, row.k2, row.id])),
           orDieOnDb
         )
-      ).pipe(
-        Effect.timeoutFail({
-          duration: config.searchTimeout,
-          onTimeout: () =>
-            new ServiceUnavailable({
-              message: `The search took longer than ${Duration.format(config.searchTimeout)}; try more specific words.`
-            })
-        })
       )
 
     /** One page of a category's hooks, newest first. */
@@ -229,10 +230,10 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
       cachedFirstPage(
         `list\0${category}`,
         Option.isNone(after),
-        query(decodeListRows, listPageSql, Option.match(after, {
+        pageQuery(decodeListRows, listPageSql, Option.match(after, {
           onNone: () => [category, topSortMs, "", pageSize + 1],
           onSome: ([k2, id]) => [category, k2, id, pageSize + 1]
-        })).pipe(
+        }), "list", "retry in a moment.").pipe(
           Effect.map((rows) => toPage(rows, (row): ListPosition => [row.k2, row.id])),
           orDieOnDb
         )

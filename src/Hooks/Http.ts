@@ -5,11 +5,11 @@
  * once the hook is found (one statement, no hold).
  */
 import { HttpApiBuilder } from "@effect/platform"
-import { Duration, Effect, Option } from "effect"
+import { Effect, Option } from "effect"
 import { HooklineApi } from "../Api.js"
 import { Secrets } from "../Config.js"
 import { readCursor, signCursor } from "../Cursor.js"
-import { NotFound, ServiceUnavailable, ValidationFailed } from "../Errors.js"
+import { NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
 import { chargedAtOnce, metered } from "../Ledger/Metering.js"
 import { cursorBinding, HookCatalog, ListPosition, normaliseQuery, type Page, SearchPosition } from "./HookCatalog.js"
@@ -23,8 +23,6 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
   Effect.gen(function*() {
     const catalog = yield* HookCatalog
     const { cursorSecret } = yield* Secrets
-    // A list runs under the same SEARCH_TIMEOUT as a search (the search applies it in HookCatalog).
-    const listTimeout = catalog.config.searchTimeout
 
     const respond = <P>(binding: string, page: Page<P>) => ({
       object: "list" as const,
@@ -63,14 +61,7 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
           return yield* metered({
             operation: "list",
             reserve: 2,
-            run: () =>
-              catalog.list(urlParams.category, after).pipe(
-                Effect.timeoutFail({
-                  duration: listTimeout,
-                  onTimeout: () =>
-                    new ServiceUnavailable({ message: `The list took longer than ${Duration.format(listTimeout)}; retry in a moment.` })
-                })
-              ),
+            run: () => catalog.list(urlParams.category, after),
             cost: (page) => pageCost(page.data.length)
           }).pipe(Effect.map((page) => respond(binding, page)))
         }))

@@ -16,7 +16,7 @@ import type { Bucket } from "./Domain.js"
 import { InsufficientCredits, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordCreditsCharged, recordHoldResolved } from "../Observability/Metrics.js"
-import { orDieOnDb } from "../Sql.js"
+import { orDieOnDb, StatementRunner } from "../Sql.js"
 import { toNullableTimestamp } from "../Schemas.js"
 import type { Wallet } from "./Api.js"
 
@@ -83,6 +83,7 @@ const decodeOne = <A, I>(schema: Schema.Schema<A, I>) => (rows: ReadonlyArray<un
 export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const run = yield* StatementRunner
     const config = yield* LedgerConfig
     const holdTimeoutMs = Duration.toMillis(config.holdTimeout)
 
@@ -124,7 +125,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
       `.pipe(Effect.map((rows) => Number((rows[0] as { rolled: number } | undefined)?.rolled ?? 0)))
 
     const readWallet = (accountId: string) =>
-      sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`.pipe(
+      run(sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`).pipe(
         Effect.flatMap(decodeOne(WalletRow))
       )
 
@@ -168,7 +169,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
               FROM upd
             RETURNING id
           )`
-        const attempt = sql`
+        const attempt = run(sql`
           WITH old AS (
             SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
               FROM wallets WHERE account_id = ${accountId} FOR UPDATE
@@ -199,7 +200,7 @@ export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
           SELECT true AS found, (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due,
                  u.from_monthly, u.from_topup, u.monthly_balance, u.topup_balance
             FROM old o LEFT JOIN upd u ON true
-        `.pipe(Effect.flatMap(decodeOne(ReserveRow)))
+        `).pipe(Effect.flatMap(decodeOne(ReserveRow)))
 
         let row = yield* attempt
         if (Option.isSome(row) && row.value.rollover_due) {
