@@ -207,12 +207,3 @@ export const listen = (channel: string): Stream.Stream<string, SqlError, DbPool>
       client.on("end", () => void emit.fail(new SqlError({ cause: null, message: `LISTEN connection on ${channel} closed` })))
     })
   }))
-
-/**
- * A repository's statement boundary: `statement(name, run)` is `run` with every failure
- * (database, row decoding, no row for `single`) made a defect, as orDieOnDb does, and a span
- * named `Repo.name`. Repositories build `run` with SqlSchema, whose only failures are those.
- */
-export const repoStatement = (repo: string) =>
-<I, A, E, R>(name: string, run: (request: I) => Effect.Effect<A, E, R>) =>
-(request: I): Effect.Effect<A, never, R> => run(request).pipe(Effect.orDie, Effect.withSpan(`${repo}.${name}`))

@@ -6,7 +6,7 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { repoStatement } from "../Sql.js"
+import { repoStatement } from "../Repository.js"
 import * as Rows from "./Rows.js"
 
 /** Channel the outbox notifies on commit (Postgres only; embedded mode polls). */
