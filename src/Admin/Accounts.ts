@@ -17,6 +17,14 @@ const AccountRow = Schema.Struct({
   monthly_grant: Schema.Number
 })
 
+/** A monthly grant is the plan's own, except on the plans that set their own (invite, complimentary, custom). */
+const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
+  monthlyGrant !== undefined && planRules[plan].monthlyGrant !== null && planRules[plan].monthlyGrant !== monthlyGrant
+    ? new ValidationFailed({
+      message: `monthly_grant: plan ${plan} grants ${planRules[plan].monthlyGrant} credits a month; only invite, complimentary and custom arrangements set their own.`
+    })
+    : Effect.void
+
 export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -50,13 +58,6 @@ export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
           wallet
         } satisfies Account
       })
-
-    const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
-      monthlyGrant !== undefined && planRules[plan].monthlyGrant !== null && planRules[plan].monthlyGrant !== monthlyGrant
-        ? new ValidationFailed({
-          message: `monthly_grant: plan ${plan} grants ${planRules[plan].monthlyGrant} credits a month; only invite, complimentary and custom arrangements set their own.`
-        })
-        : Effect.void
 
     const create = (input: CreateAccount) =>
       Effect.gen(function*() {

@@ -4,8 +4,10 @@
  * search structures they read are described in migrations/0002_catalog_search.ts.
  */
 import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
 import { Duration, Effect, Option, type ParseResult, Schema } from "effect"
 import { ServiceUnavailable } from "../Errors.js"
+import { lruCache } from "../LruCache.js"
 import { orDieOnDb, StatementRunner } from "../Sql.js"
 import { type HookCategory, HookLean, type HookRich } from "./Api.js"
 import {
@@ -93,41 +95,124 @@ export interface Page<P> {
   readonly next: Option.Option<P>
 }
 
-/** A small least-recently-used map (Map keeps insertion order). */
-const lruCache = <V>(capacity: number) => {
-  const entries = new Map<string, V>()
+/** Text of the user's query as the catalog matches it: trimmed, single spaces, lowercase. */
+export const normaliseQuery = (q: string): string => q.trim().replace(/\s+/g, " ").toLowerCase()
+
+/** A full hook from its row. */
+const richOf = (row: typeof RichRow.Type): HookRich => ({
+  ...toLean(row),
+  source_url: row.source_url,
+  caption: row.caption,
+  duration_sec: row.duration_sec,
+  summary: row.summary,
+  emotions: row.emotions as HookRich["emotions"],
+  comment_themes: row.comment_themes as HookRich["comment_themes"],
+  metrics: row.metrics ?? null,
+  creator: row.creator ?? null,
+  audio: row.audio ?? null
+})
+
+/** The first pageSize rows as a page, with the position after the last one when more follow. */
+const toPage = <R extends typeof LeanRow.Type, P>(rows: ReadonlyArray<R>, position: (row: R) => P): Page<P> => {
+  const data = rows.slice(0, pageSize)
   return {
-    get: (key: string): V | undefined => {
-      const value = entries.get(key)
-      if (value !== undefined) {
-        entries.delete(key)
-        entries.set(key, value)
-      }
-      return value
-    },
-    set: (key: string, value: V) => {
-      if (capacity <= 0) return
-      entries.delete(key)
-      entries.set(key, value)
-      if (entries.size > capacity) entries.delete(entries.keys().next().value!)
-    }
+    data: data.map(toLean),
+    next: rows.length > pageSize ? Option.some(position(data[data.length - 1])) : Option.none()
   }
 }
 
-/** Text of the user's query as the catalog matches it: trimmed, single spaces, lowercase. */
-export const normaliseQuery = (q: string): string => q.trim().replace(/\s+/g, " ").toLowerCase()
+/** A statement run by text and parameters, its rows decoded. */
+type Query = <A>(
+  decode: RowsDecoder<A>,
+  text: string,
+  params: ReadonlyArray<unknown>
+) => Effect.Effect<ReadonlyArray<A>, SqlError | ParseResult.ParseError>
+
+/** The category list: read, replaced, one looked up. */
+const categoryStatements = (sql: SqlClient.SqlClient, query: Query) => {
+  const categories = sql<HookCategory>`SELECT slug, name FROM categories ORDER BY name, slug`.pipe(
+    Effect.map((rows) => ({
+      object: "list" as const,
+      data: rows.map(({ slug, name }) => ({ slug, name })),
+      has_more: false,
+      next_cursor: null
+    })),
+    orDieOnDb
+  )
+
+  /** Replaces the category list (hooks keep their category slug even when it is removed). */
+  const putCategories = (input: ReadonlyArray<HookCategory>) =>
+    Effect.gen(function*() {
+      yield* sql`DELETE FROM categories`
+      if (input.length > 0) {
+        const unique = [...new Map(input.map((c) => [c.slug, c])).values()]
+        yield* sql`INSERT INTO categories ${sql.insert(unique.map(({ slug, name }) => ({ slug, name })))}`
+      }
+    }).pipe(sql.withTransaction, orDieOnDb, Effect.zipRight(categories))
+
+  const categoryExists = (slug: string) =>
+    query(decodeFound, categoryExistsSql, [slug]).pipe(
+      Effect.map((rows) => rows[0]?.found === true),
+      orDieOnDb
+    )
+
+  return { categories, putCategories, categoryExists } as const
+}
+
+/** Serves first pages from a cache of `entries` pages while the catalog version is unchanged. */
+const firstPageCache = (entries: number, catalogVersion: Effect.Effect<number>) => {
+  const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(entries)
+  return <P, E>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E>): Effect.Effect<Page<P>, E> =>
+    isFirst && entries > 0
+      ? Effect.gen(function*() {
+        const version = yield* catalogVersion
+        const hit = firstPages.get(key)
+        if (hit !== undefined && hit.version === version) return hit.page as Page<P>
+        const page = yield* load
+        firstPages.set(key, { version, page })
+        return page
+      })
+      : load
+}
+
+/** Whether a normalised query has a searchable word; it depends on the query alone, so answers are kept. */
+const searchableWordCheck = (entries: number, query: Query) => {
+  const known = lruCache<boolean>(entries)
+  return (normalised: string) => {
+    const answer = known.get(normalised)
+    return answer !== undefined
+      ? Effect.succeed(answer)
+      : query(decodeSearchable, hasSearchableWordSql, [normalised]).pipe(
+        Effect.map((rows) => rows[0]?.searchable === true),
+        Effect.tap((searchable) => known.set(normalised, searchable))
+      )
+  }
+}
+
+/** A search page's parameters: after a ranked position (k1, k2, id), or a substring one (k2, id). */
+const searchParams = (
+  normalised: string,
+  searchable: boolean,
+  after: Option.Option<SearchPosition>,
+  walkWindow: number
+): ReadonlyArray<unknown> =>
+  searchable
+    ? Option.match(after, {
+      onNone: () => [normalised, null, null, null, pageSize + 1, walkWindow],
+      onSome: ([k1, k2, id]) => [normalised, k1, k2, id, pageSize + 1, walkWindow]
+    })
+    : Option.match(after, {
+      onNone: () => [normalised, null, null, pageSize + 1, walkWindow],
+      onSome: ([, k2, id]) => [normalised, k2, id, pageSize + 1, walkWindow]
+    })
 
 export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCatalog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const run = yield* StatementRunner
     const config = yield* CatalogConfig
-    const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(config.cacheEntries)
-    /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
-    const searchableQueries = lruCache<boolean>(config.cacheEntries)
 
-    const query = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
-      run(sql.unsafe(text, params as Array<unknown>)).pipe(Effect.flatMap(decode))
+    const query: Query = (decode, text, params) => run(sql.unsafe(text, params as Array<unknown>)).pipe(Effect.flatMap(decode))
 
     /** A page query under SEARCH_TIMEOUT: past it the query is cancelled and the caller gets a 503 (nothing charged). */
     const pageQuery = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>, what: string, advice: string) =>
@@ -136,67 +221,13 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
         onTimeout: () => new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(config.searchTimeout)}; ${advice}` })
       }).pipe(Effect.flatMap(decode))
 
-    const categories = sql<HookCategory>`SELECT slug, name FROM categories ORDER BY name, slug`.pipe(
-      Effect.map((rows) => ({
-        object: "list" as const,
-        data: rows.map(({ slug, name }) => ({ slug, name })),
-        has_more: false,
-        next_cursor: null
-      })),
-      orDieOnDb
-    )
-
-    /** Replaces the category list (hooks keep their category slug even when it is removed). */
-    const putCategories = (input: ReadonlyArray<HookCategory>) =>
-      Effect.gen(function*() {
-        yield* sql`DELETE FROM categories`
-        if (input.length > 0) {
-          const unique = [...new Map(input.map((c) => [c.slug, c])).values()]
-          yield* sql`INSERT INTO categories ${sql.insert(unique.map(({ slug, name }) => ({ slug, name })))}`
-        }
-      }).pipe(sql.withTransaction, orDieOnDb, Effect.zipRight(categories))
-
-    const categoryExists = (slug: string) =>
-      query(decodeFound, categoryExistsSql, [slug]).pipe(
-        Effect.map((rows) => rows[0]?.found === true),
-        orDieOnDb
-      )
-
     const catalogVersion = query(decodeVersion, catalogVersionSql, []).pipe(
       Effect.map((rows) => rows[0]?.version ?? 0),
       orDieOnDb
     )
-
-    /** Serves first pages from the cache while the catalog version is unchanged. */
-    const cachedFirstPage = <P, E>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E>) =>
-      isFirst && config.cacheEntries > 0
-        ? Effect.gen(function*() {
-          const version = yield* catalogVersion
-          const hit = firstPages.get(key)
-          if (hit !== undefined && hit.version === version) return hit.page as Page<P>
-          const page = yield* load
-          firstPages.set(key, { version, page })
-          return page
-        })
-        : load
-
-    const toPage = <R extends typeof LeanRow.Type, P>(rows: ReadonlyArray<R>, position: (row: R) => P): Page<P> => {
-      const data = rows.slice(0, pageSize)
-      return {
-        data: data.map(toLean),
-        next: rows.length > pageSize ? Option.some(position(data[data.length - 1])) : Option.none()
-      }
-    }
-
-    const hasSearchableWord = (normalised: string) => {
-      const known = searchableQueries.get(normalised)
-      return known !== undefined
-        ? Effect.succeed(known)
-        : query(decodeSearchable, hasSearchableWordSql, [normalised]).pipe(
-          Effect.map((rows) => rows[0]?.searchable === true),
-          Effect.tap((searchable) => searchableQueries.set(normalised, searchable))
-        )
-    }
+    const cachedFirstPage = firstPageCache(config.cacheEntries, catalogVersion)
+    const hasSearchableWord = searchableWordCheck(config.cacheEntries, query)
+    const { categories, categoryExists, putCategories } = categoryStatements(sql, query)
 
     /**
      * The rows of one search page: ranked full-text matches, or for a query with no searchable
@@ -204,15 +235,13 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
      */
     const searchRows = (normalised: string, after: Option.Option<SearchPosition>) =>
       Effect.flatMap(hasSearchableWord(normalised), (searchable) =>
-        searchable
-          ? pageQuery(decodeSearchRows, searchPageSql, Option.match(after, {
-            onNone: () => [normalised, null, null, null, pageSize + 1, config.searchWalkWindow],
-            onSome: ([k1, k2, id]) => [normalised, k1, k2, id, pageSize + 1, config.searchWalkWindow]
-          }), "search", searchAdvice)
-          : pageQuery(decodeSearchRows, substringPageSql, Option.match(after, {
-            onNone: () => [normalised, null, null, pageSize + 1, config.searchWalkWindow],
-            onSome: ([, k2, id]) => [normalised, k2, id, pageSize + 1, config.searchWalkWindow]
-          }), "search", searchAdvice))
+        pageQuery(
+          decodeSearchRows,
+          searchable ? searchPageSql : substringPageSql,
+          searchParams(normalised, searchable, after, config.searchWalkWindow),
+          "search",
+          searchAdvice
+        ))
 
     /** One page of search results for a normalised query with a searchable or substring match. */
     const search = (normalised: string, after: Option.Option<SearchPosition>) =>
@@ -240,23 +269,7 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
       )
 
     const hook = (id: string) =>
-      query(decodeRichRows, hookSql, [id]).pipe(
-        Effect.map((rows) =>
-          Option.map(Option.fromNullable(rows[0]), (row): HookRich => ({
-            ...toLean(row),
-            source_url: row.source_url,
-            caption: row.caption,
-            duration_sec: row.duration_sec,
-            summary: row.summary,
-            emotions: row.emotions as HookRich["emotions"],
-            comment_themes: row.comment_themes as HookRich["comment_themes"],
-            metrics: row.metrics ?? null,
-            creator: row.creator ?? null,
-            audio: row.audio ?? null
-          }))
-        ),
-        orDieOnDb
-      )
+      query(decodeRichRows, hookSql, [id]).pipe(Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), richOf)), orDieOnDb)
 
     /** Inserts or updates hooks in one statement; a batch must not repeat an id. */
     const upsert = (records: ReadonlyArray<HookRecord>) =>

@@ -40,23 +40,46 @@ const joined = (parts: Array<Uint8Array>, length: number) => {
 
 const tooLarge = (max: number) => `the record is larger than ${max} bytes`
 
-/** NDJSON: records end at a newline; the index is the 1-based line number. */
-export const ndjsonSplitter = (maxBytes: number): Splitter => {
-  let line = 1
+/** The bytes of the record being cut, kept up to `maxBytes`; past that only the overflow is remembered. */
+const recordBytes = (maxBytes: number) => {
   let parts: Array<Uint8Array> = []
   let length = 0
   let overflow = false
+  return {
+    /** Whether anything (or too much) was taken since the last drain. */
+    started: () => length > 0 || overflow,
+    take: (slice: Uint8Array) => {
+      if (overflow) return
+      if (length + slice.byteLength > maxBytes) {
+        overflow = true
+        parts = []
+      } else if (slice.byteLength > 0) {
+        parts.push(slice.slice())
+      }
+      length += slice.byteLength
+    },
+    /** The record's text, or why it cannot be read; the next record starts empty. */
+    drain: (notUtf8: string): { readonly text: string } | { readonly problem: string } => {
+      const bytes = joined(parts, length)
+      const wasOverflow = overflow
+      parts = []
+      length = 0
+      overflow = false
+      if (wasOverflow) return { problem: tooLarge(maxBytes) }
+      const text = decode(bytes)
+      return text === null ? { problem: notUtf8 } : { text }
+    }
+  }
+}
+
+/** NDJSON: records end at a newline; the index is the 1-based line number. */
+export const ndjsonSplitter = (maxBytes: number): Splitter => {
+  let line = 1
+  const record = recordBytes(maxBytes)
   const finish = (): Array<Piece> => {
     const index = line++
-    const bytes = joined(parts, length)
-    const wasOverflow = overflow
-    parts = []
-    length = 0
-    overflow = false
-    if (wasOverflow) return [{ index, problem: tooLarge(maxBytes) }]
-    const text = decode(bytes)
-    if (text === null) return [{ index, problem: "the line is not valid UTF-8" }]
-    return text.trim() === "" ? [] : [{ index, text }]
+    const read = record.drain("the line is not valid UTF-8")
+    return "text" in read && read.text.trim() === "" ? [] : [{ index, ...read }]
   }
   return {
     push: (chunk) => {
@@ -64,24 +87,18 @@ export const ndjsonSplitter = (maxBytes: number): Splitter => {
       let from = 0
       for (;;) {
         const newline = chunk.indexOf(0x0a, from)
-        const slice = chunk.subarray(from, newline === -1 ? chunk.byteLength : newline)
-        if (!overflow) {
-          if (length + slice.byteLength > maxBytes) {
-            overflow = true
-            parts = []
-          } else if (slice.byteLength > 0) {
-            parts.push(slice.slice())
-          }
-          length += slice.byteLength
-        }
+        record.take(chunk.subarray(from, newline === -1 ? chunk.byteLength : newline))
         if (newline === -1) return pieces
         pieces.push(...finish())
         from = newline + 1
       }
     },
-    end: () => (length > 0 || overflow ? finish() : [])
+    end: () => (record.started() ? finish() : [])
   }
 }
+
+/** The chunk without a leading UTF-8 byte order mark. */
+const withoutBom = (chunk: Uint8Array) => (chunk[0] === 0xef && chunk[1] === 0xbb && chunk[2] === 0xbf ? chunk.subarray(3) : chunk)
 
 export const isSpace = (byte: number) => byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09
 
@@ -97,40 +114,14 @@ export const jsonArraySplitter = (maxBytes: number): Splitter => {
   let depth = 0
   let inString = false
   let escaped = false
-  let parts: Array<Uint8Array> = []
-  let length = 0
-  let overflow = false
   let bomChecked = false
-
-  const take = (slice: Uint8Array) => {
-    if (overflow) return
-    if (length + slice.byteLength > maxBytes) {
-      overflow = true
-      parts = []
-    } else {
-      parts.push(slice.slice())
-    }
-    length += slice.byteLength
-  }
-  const finish = (): Piece => {
-    const at = index++
-    const bytes = joined(parts, length)
-    const wasOverflow = overflow
-    parts = []
-    length = 0
-    overflow = false
-    if (wasOverflow) return { index: at, problem: tooLarge(maxBytes) }
-    const text = decode(bytes)
-    return text === null ? { index: at, problem: "the record is not valid UTF-8" } : { index: at, text }
-  }
+  const record = recordBytes(maxBytes)
+  const finish = (): Piece => ({ index: index++, ...record.drain("the record is not valid UTF-8") })
 
   return {
     push: (input) => {
-      let chunk = input
-      if (!bomChecked && chunk.byteLength > 0) {
-        bomChecked = true
-        if (chunk[0] === 0xef && chunk[1] === 0xbb && chunk[2] === 0xbf) chunk = chunk.subarray(3)
-      }
+      const chunk = bomChecked || input.byteLength === 0 ? input : withoutBom(input)
+      if (input.byteLength > 0) bomChecked = true
       const pieces: Array<Piece> = []
       let valueStart = state === "value" ? 0 : -1
       for (let i = 0; i < chunk.byteLength; i++) {
@@ -147,14 +138,14 @@ export const jsonArraySplitter = (maxBytes: number): Splitter => {
           else if (byte === 0x7d || byte === 0x5d) {
             if (depth === 0) {
               // The array's own closing bracket ends a bare value.
-              take(chunk.subarray(valueStart, i))
+              record.take(chunk.subarray(valueStart, i))
               pieces.push(finish())
               state = "done"
               continue
             }
             depth--
           } else if (byte === 0x2c && depth === 0) {
-            take(chunk.subarray(valueStart, i))
+            record.take(chunk.subarray(valueStart, i))
             pieces.push(finish())
             state = "after"
             continue
@@ -180,7 +171,7 @@ export const jsonArraySplitter = (maxBytes: number): Splitter => {
           state = "trailing"
         }
       }
-      if (state === "value") take(chunk.subarray(valueStart))
+      if (state === "value") record.take(chunk.subarray(valueStart))
       return pieces
     },
     end: () => {

@@ -16,7 +16,7 @@
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Either, Layer, Redacted, Schedule, Schema } from "effect"
 import { Secrets } from "../Config.js"
-import { makeSealer } from "../Crypto.js"
+import { makeSealer, type Sealer } from "../Crypto.js"
 import { randomToken } from "../Ids.js"
 import { orDieOnDb } from "../Sql.js"
 
@@ -67,6 +67,60 @@ const KeyRow = Schema.Struct({
   response_body: Schema.NullOr(Schema.String)
 })
 
+/** A sealed answer opens only for its own key. */
+const bindingOf = (scope: string, key: string) => `${scope}\n${key}`
+
+/**
+ * Claims `request.key` for `owner`: a new key, an expired one, or one whose holder stalled past
+ * `lockSeconds` on the same request. The claim's commit does not wait for the disk
+ * (synchronous_commit off, for this statement only): whatever the request then commits flushes
+ * the log past the claim, and a claim lost with a database crash before that guarded nothing.
+ * Storing the answer waits as usual.
+ */
+const claimStatement = (sql: SqlClient.SqlClient, request: KeyRequest, owner: string, ttlSeconds: number, lockSeconds: number) =>
+  sql<{ owner: string }>`
+    INSERT INTO idempotency_keys AS k
+           (scope, key, fingerprint, method, path, status, owner, locked_at, request_id, created_at, expires_at)
+    SELECT ${request.scope}, ${request.key}, ${request.fingerprint}, ${request.method}, ${request.path},
+           'in_progress', ${owner}, now(), ${request.requestId}, now(), now() + make_interval(secs => ${ttlSeconds})
+      FROM (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only
+    ON CONFLICT (scope, key) DO UPDATE
+       SET fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
+           status = 'in_progress', owner = EXCLUDED.owner, locked_at = now(), request_id = EXCLUDED.request_id,
+           response_status = NULL, response_headers = NULL, response_body = NULL,
+           created_at = now(), completed_at = NULL, expires_at = EXCLUDED.expires_at
+     WHERE k.expires_at <= now()
+        OR (k.status = 'in_progress' AND k.locked_at <= now() - make_interval(secs => ${lockSeconds})
+            AND k.fingerprint = EXCLUDED.fingerprint)
+    RETURNING k.owner`
+
+/** What an existing row tells a request that could not claim its key (undefined: the row is gone). */
+const storedClaim = (row: typeof KeyRow.Type | undefined, request: KeyRequest, sealer: Sealer): Effect.Effect<Claim> => {
+  // Released or expired between the two statements: look again at once.
+  if (row === undefined) return Effect.succeed({ _tag: "InProgress" } satisfies Claim)
+  if (row.fingerprint !== request.fingerprint) {
+    return Effect.succeed({ _tag: "Mismatch", method: row.method, path: row.path } satisfies Claim)
+  }
+  if (row.status === "in_progress" || row.response_status === null || row.response_body === null) {
+    return Effect.succeed({ _tag: "InProgress" } satisfies Claim)
+  }
+  const opened = sealer.open(row.response_body, bindingOf(request.scope, request.key))
+  if (Either.isLeft(opened)) {
+    return Effect.dieMessage("A stored idempotent answer does not open with this server's WEBHOOK_SECRET_KEY")
+  }
+  const { "content-type": contentType, ...headers } = row.response_headers ?? {}
+  return Effect.succeed({
+    _tag: "Completed",
+    answer: {
+      status: row.response_status,
+      contentType: contentType ?? "application/json",
+      headers,
+      body: opened.right,
+      requestId: row.request_id
+    }
+  } satisfies Claim)
+}
+
 export class Idempotency extends Effect.Service<Idempotency>()("hookline/Idempotency", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -76,30 +130,12 @@ export class Idempotency extends Effect.Service<Idempotency>()("hookline/Idempot
     const sealer = makeSealer(Redacted.value(secrets.webhookSecretKey), "idempotent-answer-v1")
     const ttl = Duration.toSeconds(config.keyTtl)
     const lock = Duration.toSeconds(config.lockTimeout)
-    const bindingOf = (scope: string, key: string) => `${scope}\n${key}`
 
     /** One attempt to claim `request.key`; otherwise what the row holds now. */
     const claim = (request: KeyRequest) =>
       Effect.gen(function*() {
         const owner = randomToken(12)
-        // The claim's commit does not wait for the disk (synchronous_commit off, for this statement
-        // only): whatever the request then commits flushes the log past the claim, and a claim lost
-        // with a database crash before that guarded nothing. Storing the answer waits as usual.
-        const claimed = yield* sql<{ owner: string }>`
-          INSERT INTO idempotency_keys AS k
-                 (scope, key, fingerprint, method, path, status, owner, locked_at, request_id, created_at, expires_at)
-          SELECT ${request.scope}, ${request.key}, ${request.fingerprint}, ${request.method}, ${request.path},
-                 'in_progress', ${owner}, now(), ${request.requestId}, now(), now() + make_interval(secs => ${ttl})
-            FROM (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only
-          ON CONFLICT (scope, key) DO UPDATE
-             SET fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
-                 status = 'in_progress', owner = EXCLUDED.owner, locked_at = now(), request_id = EXCLUDED.request_id,
-                 response_status = NULL, response_headers = NULL, response_body = NULL,
-                 created_at = now(), completed_at = NULL, expires_at = EXCLUDED.expires_at
-           WHERE k.expires_at <= now()
-              OR (k.status = 'in_progress' AND k.locked_at <= now() - make_interval(secs => ${lock})
-                  AND k.fingerprint = EXCLUDED.fingerprint)
-          RETURNING k.owner`
+        const claimed = yield* claimStatement(sql, request, owner, ttl, lock)
         if (claimed.length > 0) return { _tag: "Claimed", owner } satisfies Claim
         const rows = yield* sql`
           SELECT fingerprint, method, path, status, request_id, response_status, response_headers, response_body
@@ -107,30 +143,7 @@ export class Idempotency extends Effect.Service<Idempotency>()("hookline/Idempot
            WHERE scope = ${request.scope} AND key = ${request.key} AND expires_at > now()`.pipe(
           Effect.flatMap(Schema.decodeUnknown(Schema.Array(KeyRow)))
         )
-        const row = rows[0]
-        // Released or expired between the two statements: look again at once.
-        if (row === undefined) return { _tag: "InProgress" } satisfies Claim
-        if (row.fingerprint !== request.fingerprint) {
-          return { _tag: "Mismatch", method: row.method, path: row.path } satisfies Claim
-        }
-        if (row.status === "in_progress" || row.response_status === null || row.response_body === null) {
-          return { _tag: "InProgress" } satisfies Claim
-        }
-        const opened = sealer.open(row.response_body, bindingOf(request.scope, request.key))
-        if (Either.isLeft(opened)) {
-          return yield* Effect.dieMessage("A stored idempotent answer does not open with this server's WEBHOOK_SECRET_KEY")
-        }
-        const { "content-type": contentType, ...headers } = row.response_headers ?? {}
-        return {
-          _tag: "Completed",
-          answer: {
-            status: row.response_status,
-            contentType: contentType ?? "application/json",
-            headers,
-            body: opened.right,
-            requestId: row.request_id
-          }
-        } satisfies Claim
+        return yield* storedClaim(rows[0], request, sealer)
       }).pipe(orDieOnDb)
 
     /** Keeps `owner`'s claim alive. */
