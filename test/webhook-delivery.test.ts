@@ -6,13 +6,13 @@
  * what is due, so nothing sleeps.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Clock, ConfigProvider, Effect, Layer, Logger, LogLevel, ManagedRuntime, TestClock, TestContext } from "effect"
+import { Clock, ConfigProvider, Duration, Effect, Fiber, Layer, Logger, LogLevel, ManagedRuntime, TestClock, TestContext } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Secrets } from "../src/Config.js"
-import { SqlLive } from "../src/Sql.js"
+import { type DbPool, SqlLive } from "../src/Sql.js"
 import { WebhookDeliveries } from "../src/Webhooks/Deliveries.js"
 import { Dispatcher } from "../src/Webhooks/Dispatcher.js"
 import { WebhooksRepo } from "../src/Webhooks/Repo.js"
@@ -64,7 +64,7 @@ const receiverUrl = "https://203.0.114.7/hooks/hookline"
 
 let databaseUrl: string
 let receiver: ReturnType<typeof fakeReceiver>
-let runtime: ManagedRuntime.ManagedRuntime<Webhooks | Dispatcher | WebhookDeliveries, unknown>
+let runtime: ManagedRuntime.ManagedRuntime<Webhooks | Dispatcher | WebhookDeliveries | DbPool, unknown>
 let db: ReturnType<typeof testPool>
 
 beforeAll(async () => {
@@ -95,7 +95,7 @@ afterAll(async () => {
 })
 
 /** Runs `program` on the services with TestClock as the Clock, starting from the wall clock's time. */
-const run = <A, E>(program: Effect.Effect<A, E, Webhooks | Dispatcher | WebhookDeliveries>) =>
+const run = <A, E>(program: Effect.Effect<A, E, Webhooks | Dispatcher | WebhookDeliveries | DbPool>) =>
   runtime.runPromise(
     Effect.zipRight(TestClock.setTime(Date.now()), program).pipe(Effect.provide(TestContext.TestContext))
   )
@@ -239,5 +239,47 @@ describe("webhook delivery, one service, TestClock", () => {
     expect(steps).toEqual([1, 0])
     expect(delivery).toMatchObject({ status: "failed", attempts: 1, last_status_code: 410 })
     expect(webhook).toMatchObject({ configured: false, disabled_reason: "gone", disabled_at: delivery.completed_at })
+  })
+
+  test("the background dispatcher, forked under TestClock, retries when the clock reaches the next attempt", async () => {
+    const { accountId } = await accountWithWebhook()
+    receiver.script.push(500)
+    /** Waits (in real time) for `sent` requests of the event, moving the clock by `nudge` between looks. */
+    const sentCount = (eventId: string, sent: number, nudge: Duration.DurationInput) =>
+      Effect.gen(function*() {
+        for (let look = 0; look < 200; look++) {
+          if (requestsFor(eventId).length >= sent) return
+          yield* Effect.promise(() => Bun.sleep(10))
+          yield* TestClock.adjust(nudge)
+        }
+        return yield* Effect.dieMessage(`the dispatcher did not send attempt ${sent}`)
+      })
+
+    const { first, early, second, delivery } = await run(Effect.gen(function*() {
+      const webhooks = yield* Webhooks
+      const deliveries = yield* WebhookDeliveries
+      const loop = yield* Effect.fork(Effect.scoped(Effect.flatMap(Dispatcher, (dispatcher) => dispatcher.run)))
+      const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
+      if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
+      const { event_id: eventId } = yield* deliveries.get(accountId, deliveryId)
+      // LISTEN wakes the loop; before it is listening, the next poll (a second of TestClock) does.
+      yield* sentCount(eventId, 1, "1 second")
+      const first = requestsFor(eventId)[0].at
+      // A millisecond before the retry is due, a real-time wait sends nothing.
+      yield* TestClock.adjust(first + schedule[0] - 1 - (yield* Clock.currentTimeMillis))
+      yield* Effect.promise(() => Bun.sleep(200))
+      const early = requestsFor(eventId).length
+      yield* TestClock.adjust(1)
+      yield* sentCount(eventId, 2, "10 millis")
+      yield* Fiber.interrupt(loop)
+      return { first, early, second: requestsFor(eventId)[1].at, delivery: yield* deliveries.get(accountId, deliveryId) }
+    }))
+
+    expect(early).toBe(1)
+    // Due at first + 5 s, and sent without 5 s of real time passing: the loop looks again at
+    // the clock's next step (the nudges above move it at most 2 s, a load-proof bound).
+    expect(second - first).toBeGreaterThanOrEqual(schedule[0])
+    expect(second - first).toBeLessThanOrEqual(schedule[0] + 2_000)
+    expect(delivery).toMatchObject({ status: "delivered", attempts: 2, last_status_code: 200 })
   })
 })
