@@ -69,8 +69,9 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
       }))
 
     /** One delivery of the account; 404 for another account's or an unknown (or malformed) id. */
-    const get = (accountId: string, id: string) =>
+    const get = Effect.fn("WebhookDeliveries.get")((accountId: string, id: string) =>
       deliveryPattern.test(id) ? Effect.map(findRow(accountId, id), toDelivery) : Effect.fail(notFound(id))
+    )
 
     /**
      * Queues a pending or failed delivery for an attempt now. One guarded statement: a delivery

@@ -172,7 +172,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
     })
 
     /** Plan loss disables the account webhook; url and secret are kept. Joins the caller's transaction. */
-    const disableForAccount = (accountId: string) => repo.disableForPlanLoss(accountId)
+    const disableForAccount = Effect.fn("Webhooks.disableForAccount")((accountId: string) => repo.disableForPlanLoss(accountId))
 
     /**
      * The outbox: records an event for delivery to the account's webhook, when one is enabled.
