@@ -20,7 +20,8 @@ const requests = Number(values.requests)
 const concurrency = Number(values.concurrency)
 const seed = Number(values.seed)
 
-const server = await startTestServer({ LOG_LEVEL: "None" })
+// LOG_LEVEL=error shows what answered a 5xx (the server runs in this process).
+const server = await startTestServer({ LOG_LEVEL: process.env.LOG_LEVEL ?? "None" })
 let failed = false
 try {
   const account = await server.account({ plan: "enterprise", monthly_balance: 1_000_000, topup_balance: 1_000 })

@@ -19,9 +19,9 @@ import { Metrics } from "./Observability/Metrics.js"
 import { MetricsListenerLive } from "./Observability/MetricsEndpoint.js"
 import { TracingLive } from "./Observability/Tracing.js"
 import { BlobStore } from "./Predictions/BlobStore.js"
-import { Predictions } from "./Predictions/Predictions.js"
+import { PredictionJobs } from "./Predictions/Jobs.js"
+import { PredictionUploads } from "./Predictions/Uploads.js"
 import { WorkSignal } from "./Predictions/WorkSignal.js"
-import { ClipScorer } from "./Predictions/Scorer.js"
 import { PredictionsSweeperLive } from "./Predictions/Sweeper.js"
 import { WorkerLive } from "./Predictions/Worker.js"
 import { RateLimits } from "./RateLimit/RateLimits.js"
@@ -48,13 +48,15 @@ export const ServicesLive = Layer.mergeAll(
   Metrics.Default,
   BlobStore.Default,
   WorkSignal.Default,
-  Predictions.Default,
+  PredictionJobs.Default,
+  PredictionUploads.Default,
   Secrets.Live
 )
 
 /**
  * Fibers in the back yard: sweepers, workers, dispatchers; and the metrics listener (METRICS_PORT),
- * which like them belongs to the server process, not to the admin CLI's.
+ * which like them belongs to the server process, not to the admin CLI's. The workers need a
+ * ClipScorer, left to the caller: ClipScorer.Default in production, a fake in tests and benches.
  */
 export const BackgroundLive = Layer.mergeAll(
   LedgerSweeperLive,
@@ -78,25 +80,24 @@ export const ServerLive = Layer.unwrapEffect(
 /** What the application needs from its HTTP server layer (Server.layer provides it). */
 export type ServerServices = HttpServer.HttpServer | HttpRouter.HttpRouter.DefaultServices | ShutdownGate
 
-/**
- * The running application, given an HTTP server layer. The admin CLI serves the API in its own
- * process without the background fibers (it must not claim jobs or deliveries).
- */
-export const appLayer = <E, R>(
-  server: Layer.Layer<ServerServices, E, R>,
-  options: {
-    readonly background: boolean
-    /** The clip scorer the workers use (tests and benchmarks swap it); default: ClipScorer.Default. */
-    readonly scorer?: Layer.Layer<ClipScorer>
-  } = { background: true }
-) =>
+/** The HTTP app, its services and the database, plus `background` (fibers, or nothing). */
+const withServices = <E, R, EB, RB>(server: Layer.Layer<ServerServices, E, R>, background: Layer.Layer<never, EB, RB>) =>
   Layer.mergeAll(
     // Acquired after the HTTP app, so on shutdown it drains requests before the app is torn down.
     DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive.pipe(HttpServer.withLogAddress)), Layer.provideMerge(server)),
-    options.background ? BackgroundLive.pipe(Layer.provide(options.scorer ?? ClipScorer.Default)) : Layer.empty
+    background
   ).pipe(
     Layer.provideMerge(ServicesLive),
     Layer.provideMerge(SqlLive),
     // Built first, so every span of the build and of the running app goes through it.
     Layer.provide(TracingLive)
   )
+
+/**
+ * The running application, given an HTTP server layer. Its workers score clips with the
+ * ClipScorer the caller provides: `appLayer(server).pipe(Layer.provide(ClipScorer.Default))`.
+ */
+export const appLayer = <E, R>(server: Layer.Layer<ServerServices, E, R>) => withServices(server, BackgroundLive)
+
+/** The API without the background fibers: the admin CLI serves it in its own process (it must not claim jobs or deliveries). */
+export const apiOnlyLayer = <E, R>(server: Layer.Layer<ServerServices, E, R>) => withServices(server, Layer.empty)

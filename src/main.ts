@@ -8,6 +8,7 @@ import { announceStart } from "./Banner.js"
 import { publicBaseUrl, ServerConfig } from "./Config.js"
 import { ensureDemo } from "./Demo.js"
 import { LoggingLive } from "./Logging.js"
+import { ClipScorer } from "./Predictions/Scorer.js"
 
 /**
  * Once the server listens: in embedded mode tell the admin CLI where (DATA_DIR/server.json) and
@@ -30,7 +31,7 @@ const Startup = Layer.scopedDiscard(
   })
 )
 
-const Main = Startup.pipe(Layer.provideMerge(appLayer(ServerLive)))
+const Main = Startup.pipe(Layer.provideMerge(appLayer(ServerLive)), Layer.provide(ClipScorer.Default))
 
 Layer.launch(Main).pipe(
   // Runs after every layer has released (requests drained, work handed back, database closed).

@@ -13,7 +13,7 @@ import {
   STEADY_HOOK_SEC
 } from "../src/Predictions/BandModel.js"
 import { type ClipScore, ClipScorer, ScoreFailure, type ScoreFailureType } from "../src/Predictions/Scorer.js"
-import { sniffMediaKind } from "../src/Predictions/Uploads.js"
+import { sniffMediaKind } from "../src/Predictions/MediaCheck.js"
 import { type Clip, type ClipSet, makeClips } from "./support/clips.js"
 import { type FakeS3, startFakeS3 } from "./support/s3.js"
 import {

@@ -17,7 +17,10 @@ const NoopScorer = Layer.succeed(
   })
 )
 
-Layer.launch(appLayer(ServerLive, { background: true, scorer: NoopScorer })).pipe(
+/** The production wiring, the scorer swapped by an ordinary Layer. */
+const App = appLayer(ServerLive).pipe(Layer.provide(NoopScorer))
+
+Layer.launch(App).pipe(
   Effect.provide(LoggingLive),
   (main) => BunRuntime.runMain(main, { disablePrettyLogger: true })
 )

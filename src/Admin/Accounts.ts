@@ -1,21 +1,14 @@
 /** Accounts as operators manage them: creation, plan changes and suspension. */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option, Schema } from "effect"
-import { Plan } from "../Auth/Api.js"
+import { Effect, Option } from "effect"
+import type { Plan } from "../Auth/Domain.js"
 import { grantFor, hasApiAccess, planRules } from "../Auth/Plans.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
 import type { Account, CreateAccount, UpdateAccount } from "./Api.js"
-
-const AccountRow = Schema.Struct({
-  id: Schema.String,
-  name: Schema.NullOr(Schema.String),
-  plan: Plan,
-  suspended: Schema.Boolean,
-  monthly_grant: Schema.Number
-})
+import { AccountsRepo } from "./Repo.js"
 
 /** A monthly grant is the plan's own, except on the plans that set their own (invite, complimentary, custom). */
 const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
@@ -28,20 +21,15 @@ const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
 export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const repo = yield* AccountsRepo
     const ledger = yield* Ledger
     const webhooks = yield* Webhooks
 
     const findRow = (id: string, lock: boolean) =>
-      sql`SELECT id, name, plan, suspended, monthly_grant FROM accounts WHERE id = ${id} ${lock ? sql`FOR UPDATE` : sql``}`.pipe(
-        Effect.flatMap((rows) =>
-          rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(Schema.decodeUnknown(AccountRow)(rows[0]), Option.some)
-        ),
-        Effect.orDie,
-        Effect.flatMap(Option.match({
-          onNone: () => new NotFound({ message: `No account ${id}.` }),
-          onSome: Effect.succeed
-        }))
-      )
+      Effect.flatMap(repo.findAccount(id, lock), Option.match({
+        onNone: () => new NotFound({ message: `No account ${id}.` }),
+        onSome: Effect.succeed
+      }))
 
     const get = (id: string) =>
       Effect.gen(function*() {
@@ -65,7 +53,7 @@ export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
         const id = newId("acct")
         const monthlyGrant = grantFor(input.plan, input.monthly_grant)
         yield* Effect.gen(function*() {
-          yield* sql`INSERT INTO accounts (id, name, plan, monthly_grant) VALUES (${id}, ${input.name ?? null}, ${input.plan}, ${monthlyGrant})`
+          yield* repo.insertAccount({ id, name: input.name ?? null, plan: input.plan, monthlyGrant })
           yield* ledger.openWallet(id, {
             monthlyGrant,
             monthlyBalance: input.monthly_balance ?? monthlyGrant,
@@ -84,13 +72,12 @@ export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
         yield* Effect.gen(function*() {
           const current = yield* findRow(id, true)
           if (patch.suspended !== undefined && patch.suspended !== current.suspended) {
-            yield* sql`UPDATE accounts SET suspended = ${patch.suspended}, updated_at = now() WHERE id = ${id}`.pipe(Effect.orDie)
+            yield* repo.setSuspended(id, patch.suspended)
           }
           if (patch.plan !== undefined && patch.plan !== current.plan) {
             const monthlyGrant = planRules[patch.plan].monthlyGrant ??
               (planRules[current.plan].monthlyGrant === null ? current.monthly_grant : grantFor(patch.plan, undefined))
-            yield* sql`UPDATE accounts SET plan = ${patch.plan}, monthly_grant = ${monthlyGrant}, updated_at = now() WHERE id = ${id}`
-              .pipe(Effect.orDie)
+            yield* repo.changePlan(id, patch.plan, monthlyGrant)
             yield* ledger.startNewPeriod(id, monthlyGrant).pipe(Effect.orDie)
             if (hasApiAccess(current.plan) && !hasApiAccess(patch.plan)) {
               yield* webhooks.disableForAccount(id).pipe(Effect.orDie)
@@ -102,5 +89,5 @@ export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
 
     return { get, create, update } as const
   }),
-  dependencies: [Ledger.Default, Webhooks.Default]
+  dependencies: [AccountsRepo.Default, Ledger.Default, Webhooks.Default]
 }) {}

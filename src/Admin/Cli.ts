@@ -13,7 +13,7 @@ import { randomBytes } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { parseArgs } from "node:util"
-import { appLayer } from "../App.js"
+import { apiOnlyLayer } from "../App.js"
 import * as Server from "../System/Server.js"
 import { loadServerSecrets, ServerConfig } from "../Config.js"
 import { makeHooklineClient } from "../client.js"
@@ -22,7 +22,7 @@ import { demoCategories } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
 import { databaseInUse, missingDataDir } from "./Target.js"
 import { defaultChunking, importCommand, seedDemoCommand } from "./ImportCommand.js"
-import type { Plan, Scope } from "../Auth/Api.js"
+import type { Plan, Scope } from "../Auth/Domain.js"
 import { usageCommand, usageHelp, usageOptions } from "./UsageCli.js"
 
 const usage = `Usage: npm run admin -- <command>
@@ -119,7 +119,7 @@ const adminEndpoint = Effect.gen(function*() {
     ConfigProvider.orElse(() => ConfigProvider.fromEnv())
   )
   const app = yield* Layer.build(
-    appLayer(Server.layerLoopback(2 ** 31), { background: false }).pipe(Layer.provide(Layer.setConfigProvider(provider)))
+    apiOnlyLayer(Server.layerLoopback(2 ** 31)).pipe(Layer.provide(Layer.setConfigProvider(provider)))
   )
   const address = Context.get(app, HttpServer.HttpServer).address
   const port = address._tag === "TcpAddress" ? address.port : 0

@@ -7,13 +7,9 @@ import {
   InvalidApiKeyWire,
   RateLimitExceededWire
 } from "../Errors.js"
+import type { Scope } from "./Domain.js"
 
-export const Scope = Schema.Literal("hooks:read", "predict:write", "webhooks:write")
-export type Scope = typeof Scope.Type
-export const allScopes: ReadonlyArray<Scope> = Scope.literals
-
-export const Plan = Schema.Literal("free", "creator", "pro", "business", "enterprise", "invite", "complimentary", "custom")
-export type Plan = typeof Plan.Type
+export { allScopes, Plan, Scope } from "./Domain.js"
 
 /** The account and key behind the request, provided by the middleware. */
 export interface Caller {

@@ -4,11 +4,11 @@
  * Lookups are cached in process for at most AUTH_CACHE_TTL (default 500 ms), so a revoked key
  * or a suspension takes effect within a second on every server process.
  */
-import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect, Option, Schema } from "effect"
+import { Config, Duration, Effect, Option } from "effect"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { toTimestamp } from "../Schemas.js"
-import { allScopes, Plan, Scope } from "./Api.js"
+import { allScopes, type Plan, type Scope } from "./Domain.js"
+import { KeysRepo } from "./Repo.js"
 
 export const AuthConfig = Config.all({
   cacheTtl: Config.duration("AUTH_CACHE_TTL").pipe(Config.withDefault(Duration.millis(500)))
@@ -29,36 +29,20 @@ export interface KeyOwner {
   readonly scopes: ReadonlyArray<Scope>
 }
 
-const KeyOwnerRow = Schema.Struct({
-  key_id: Schema.String,
-  account_id: Schema.String,
-  plan: Plan,
-  suspended: Schema.Boolean,
-  scopes: Schema.Array(Scope)
-})
-
 export class Auth extends Effect.Service<Auth>()("hookline/Auth", {
+  dependencies: [KeysRepo.Default],
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* KeysRepo
     const config = yield* AuthConfig
 
     const lookupByHash = (hash: string) =>
-      sql`
-        SELECT k.id AS key_id, k.account_id, a.plan, a.suspended, k.scopes
-          FROM api_keys k JOIN accounts a ON a.id = k.account_id
-         WHERE k.key_hash = ${hash} AND k.revoked_at IS NULL`.pipe(
-        Effect.flatMap((rows) =>
-          rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(Schema.decodeUnknown(KeyOwnerRow)(rows[0]), Option.some)
-        ),
-        Effect.map(Option.map((row): KeyOwner => ({
-          keyId: row.key_id,
-          accountId: row.account_id,
-          plan: row.plan,
-          suspended: row.suspended,
-          scopes: row.scopes
-        }))),
-        Effect.orDie
-      )
+      Effect.map(repo.findLiveKeyByHash(hash), Option.map((row): KeyOwner => ({
+        keyId: row.key_id,
+        accountId: row.account_id,
+        plan: row.plan,
+        suspended: row.suspended,
+        scopes: row.scopes
+      })))
 
     // A plain map read synchronously: a hit costs no fiber hop, no clock service, no Deferred.
     const ttlMs = Duration.toMillis(config.cacheTtl)
@@ -88,24 +72,18 @@ export class Auth extends Effect.Service<Auth>()("hookline/Auth", {
         const id = newId("key")
         const plain = apiKeyPrefix + randomToken(24)
         const granted = [...new Set(scopes ?? allScopes)]
-        const rows = yield* sql<{ created_at: Date }>`
-          INSERT INTO api_keys (id, account_id, key_hash, scopes)
-          VALUES (${id}, ${accountId}, ${sha256Hex(plain)}, string_to_array(${granted.join(",")}, ','))
-          RETURNING created_at`
+        const { created_at } = yield* repo.insertKey({ id, accountId, keyHash: sha256Hex(plain), scopes: granted })
         return {
           object: "api_key" as const,
           id,
           api_key: plain,
           scopes: granted,
-          created_at: toTimestamp(rows[0].created_at)
+          created_at: toTimestamp(created_at)
         }
       })
 
     /** Revokes a key; false when no such key exists. Revoking twice is harmless. */
-    const revokeKey = (keyId: string) =>
-      sql`UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = ${keyId} RETURNING id`.pipe(
-        Effect.map((rows) => rows.length > 0)
-      )
+    const revokeKey = (keyId: string) => Effect.map(repo.revokeKey(keyId), Option.isSome)
 
     return { findKey, createKey, revokeKey } as const
   })

@@ -1,5 +1,5 @@
 /** What each plan gives (decisions.md, "Accounts, plans, scopes"). */
-import type { Plan } from "./Api.js"
+import type { Plan } from "./Domain.js"
 
 export interface PlanRule {
   readonly apiAccess: boolean

@@ -9,8 +9,8 @@
  * Labels hold bounded values only: route templates, statuses, operations, outcomes. Never an
  * account, a key or a raw path.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricLabel } from "effect"
+import { JobsRepo } from "../Predictions/JobsRepo.js"
 import { DbPool, orDieOnDb } from "../Sql.js"
 import { WebhooksRepo } from "../Webhooks/Repo.js"
 import { renderPrometheus } from "./Prometheus.js"
@@ -170,32 +170,23 @@ const poolMax = gauge("hookline_db_pool_max_connections", "Database pool size li
 
 const predictionStates = ["awaiting_upload", "queued", "running", "succeeded", "failed"] as const
 
-interface QueueRow {
-  readonly jobs: ReadonlyArray<{ readonly status: string; readonly n: number }>
-  readonly deliveries: number
-  readonly oldestQueuedSeconds: number
-  readonly oldestDueSeconds: number
-}
-
 export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const pool = yield* DbPool
+    const jobsRepo = yield* JobsRepo
     const config = yield* MetricsConfig
     const webhooksRepo = yield* WebhooksRepo
 
     const readQueues = Effect.gen(function*() {
-      const jobs = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM predictions GROUP BY status`
-      const [queues] = yield* sql<{ oldest_queued: number }>`
-        SELECT
-          COALESCE((SELECT extract(epoch FROM now() - min(queued_at))::float8 FROM predictions WHERE status = 'queued'), 0) AS oldest_queued`
-      const outbox = yield* webhooksRepo.outboxBacklog(new Date(yield* Clock.currentTimeMillis))
+      const now = new Date(yield* Clock.currentTimeMillis)
+      const oldestQueued = yield* jobsRepo.oldestQueuedSeconds(now)
+      const outbox = yield* webhooksRepo.outboxBacklog(now)
       return {
-        jobs,
+        jobs: yield* jobsRepo.countByStatus(),
         deliveries: outbox.pending,
-        oldestQueuedSeconds: Math.max(0, queues?.oldest_queued ?? 0),
+        oldestQueuedSeconds: Math.max(0, oldestQueued),
         oldestDueSeconds: Math.max(0, outbox.oldest_due_ms / 1000)
-      } satisfies QueueRow
+      }
     }).pipe(orDieOnDb)
 
     const refreshDatabaseGauges = Effect.map(readQueues, (queues) => {
@@ -228,5 +219,5 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
 
     return { config, scrape } as const
   }),
-  dependencies: [WebhooksRepo.Default]
+  dependencies: [JobsRepo.Default, WebhooksRepo.Default]
 }) {}

@@ -1,34 +1,57 @@
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import { Effect, Stream } from "effect"
 import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
-import { RequestId } from "../Errors.js"
+import { AuthorizationNotAllowed, RequestId, ValidationFailed } from "../Errors.js"
 import { idempotent } from "../Idempotency/Idempotent.js"
 import { creditHeaders } from "../Ledger/Metering.js"
-import { Predictions } from "./Predictions.js"
+import { PredictionJobs } from "./Jobs.js"
+import { PredictionUploads, type UploadBody } from "./Uploads.js"
 
 export const PredictHandlers = HttpApiBuilder.group(HooklineApi, "predict", (handlers) =>
   Effect.gen(function*() {
-    const predictions = yield* Predictions
+    const uploads = yield* PredictionUploads
+    const jobs = yield* PredictionJobs
     return handlers
-      .handle("createUpload", () => idempotent(Effect.flatMap(CurrentCaller, predictions.createUpload)))
+      .handle("createUpload", () => idempotent(Effect.flatMap(CurrentCaller, uploads.createUploadLink)))
       .handle("retryStart", ({ payload }) =>
         idempotent(
           Effect.gen(function*() {
             const caller = yield* CurrentCaller
-            const outcome = yield* predictions.retryStart(caller, payload.upload_id, yield* RequestId)
+            const outcome = yield* jobs.retryStart(caller, payload.upload_id, yield* RequestId)
             yield* creditHeaders(outcome.charged, outcome.balances)
             return outcome.prediction
           }),
           payload
         ))
-      .handle("get", ({ path }) => Effect.flatMap(CurrentCaller, (caller) => predictions.get(caller, path.id)))
+      .handle("get", ({ path }) => Effect.flatMap(CurrentCaller, (caller) => jobs.get(caller, path.id)))
   })
 )
 
+/** What the upload PUT's headers say about its body, and the body itself. */
+const uploadBody = (request: HttpServerRequest.HttpServerRequest): UploadBody => {
+  const declared = request.headers["content-length"]
+  return {
+    stream: request.stream.pipe(
+      Stream.mapError(() => new ValidationFailed({ message: "The upload ended before the whole body arrived." }))
+    ),
+    declaredBytes: declared === undefined ? null : Number(declared),
+    empty: declared === "0" || (declared === undefined && request.headers["transfer-encoding"] === undefined)
+  }
+}
+
 export const UploadHandlers = HttpApiBuilder.group(HooklineApi, "upload", (handlers) =>
   Effect.gen(function*() {
-    const predictions = yield* Predictions
-    return handlers.handle("put", ({ path }) => predictions.receiveUpload(path.token))
+    const uploads = yield* PredictionUploads
+    return handlers.handle("put", ({ path }) =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        if (request.headers["authorization"] !== undefined) {
+          return yield* new AuthorizationNotAllowed({
+            message: "The upload PUT must not carry an Authorization header: the upload_url itself is the credential."
+          })
+        }
+        return yield* uploads.receive(path.token, uploadBody(request), yield* RequestId)
+      }))
   })
 )

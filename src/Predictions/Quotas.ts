@@ -16,6 +16,8 @@ import { Duration, Effect } from "effect"
 import { TooManyPendingUploads, UnpaidClipsLimit } from "../Errors.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { PredictionsConfig } from "./Config.js"
+import { currentDate } from "./Rows.js"
+import { UploadsRepo } from "./UploadsRepo.js"
 
 /** Advisory lock classes (first key of the two-key form), so they never meet another area's locks. */
 const pendingLinksLock = 14_006
@@ -38,18 +40,12 @@ export class UploadQuotas extends Effect.Service<UploadQuotas>()("hookline/Uploa
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const ledger = yield* Ledger
+    const repo = yield* UploadsRepo
     const config = yield* PredictionsConfig
     const unpaidRetentionSec = Duration.toMillis(config.unpaidRetention) / 1000
 
     const unpaidClips = (accountId: string) =>
-      sql<UnpaidClips>`
-        SELECT count(*)::int AS clips, COALESCE(sum(u.size_bytes), 0)::int8 AS bytes,
-               COALESCE(EXTRACT(EPOCH FROM min(u.received_at) + make_interval(secs => ${unpaidRetentionSec}) - now()), 0)::float8
-                 AS "freesInSec"
-          FROM predictions p JOIN uploads u ON u.prediction_id = p.id
-         WHERE p.account_id = ${accountId} AND p.status = 'awaiting_upload' AND u.status = 'received'`.pipe(
-        Effect.map((rows) => rows[0])
-      )
+      Effect.flatMap(currentDate, (now) => repo.unpaidClips({ accountId, retentionSec: unpaidRetentionSec, now }))
 
     const unpaidLimit = (unpaid: UnpaidClips, extraBytes: number) =>
       retryAfter(unpaid.freesInSec).pipe(Effect.zipRight(
@@ -70,9 +66,7 @@ export class UploadQuotas extends Effect.Service<UploadQuotas>()("hookline/Uploa
     const admitLink = (accountId: string, keyId: string) =>
       Effect.gen(function*() {
         yield* sql`SELECT pg_advisory_xact_lock(${pendingLinksLock}, hashtext(${keyId}))`
-        const [pending] = yield* sql<{ links: number; freesInSec: number }>`
-          SELECT count(*)::int AS links, COALESCE(EXTRACT(EPOCH FROM min(expires_at) - now()), 0)::float8 AS "freesInSec"
-            FROM uploads WHERE key_id = ${keyId} AND status = 'pending' AND expires_at > now()`
+        const pending = yield* repo.pendingLinks({ keyId, now: yield* currentDate })
         if (pending.links >= config.pendingUploadsPerKey) {
           yield* retryAfter(pending.freesInSec)
           return yield* new TooManyPendingUploads({
@@ -109,5 +103,5 @@ export class UploadQuotas extends Effect.Service<UploadQuotas>()("hookline/Uploa
 
     return { admitLink, admitPut, checkLandedUnpaid } as const
   }),
-  dependencies: [Ledger.Default]
+  dependencies: [Ledger.Default, UploadsRepo.Default]
 }) {}

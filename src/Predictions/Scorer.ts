@@ -25,7 +25,7 @@ import { Data, Duration, Effect, Schema } from "effect"
 import type { Band } from "./Api.js"
 import { bandOf, type OpeningFeatures } from "./BandModel.js"
 import { ScorerConfig } from "./Config.js"
-import { locateTool, runProcess } from "./Tools.js"
+import { locateTool, type ProcessResult, runProcess } from "./Tools.js"
 
 export type ScoreFailureType = "unsupported_media" | "clip_too_long" | "analysis_failed"
 
@@ -164,6 +164,57 @@ const failure = (type: ScoreFailureType, message: string, durationSec: number | 
 const isVideoStream = (stream: ProbeOutput["streams"][number]) =>
   stream.codec_type === "video" && stream.disposition?.attached_pic !== 1
 
+/** Runs one of the tools for a clip; its timeout and output cap fail the clip with analysis_failed. */
+type Run = (command: ReadonlyArray<string>, durationSec: number | null) => Effect.Effect<ProcessResult, ScoreFailure>
+
+const probe = (run: Run, path: string, tool: string) =>
+  Effect.gen(function*() {
+    const result = yield* run([tool, ...localOnly, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", path], null)
+    const unreadable = failure("unsupported_media", "The file could not be read as an MP4, MOV or WebM video.")
+    if (result.exitCode !== 0) {
+      yield* Effect.logDebug("ffprobe refused the file").pipe(Effect.annotateLogs("stderr", result.stderr.slice(0, 500)))
+      return yield* unreadable
+    }
+    return yield* Schema.decodeUnknown(Schema.parseJson(ProbeOutput))(result.stdout).pipe(Effect.mapError(() => unreadable))
+  })
+
+const measureDuration = (run: Run, path: string, tool: string, probed: ProbeOutput, videoIndex: number) =>
+  Effect.gen(function*() {
+    const stated = probed.format?.duration ?? probed.streams.find((s) => s.index === videoIndex)?.duration
+    if (stated !== undefined && Number.isFinite(stated) && stated > 0) return stated
+    const packets = yield* run(
+      [tool, ...localOnly, "-v", "error", "-select_streams", `${videoIndex}`, "-show_entries", "packet=pts_time,duration_time", "-of", "csv=p=0", path],
+      null
+    )
+    return packets.exitCode === 0 ? parsePacketSpan(packets.stdout) : null
+  })
+
+/** One ffmpeg pass over the opening: the frames' scene scores and luma changes, and the loudness. */
+const analyse = (run: Run, ffmpeg: string, clip: string, streams: { video: number; audio: number | null }, config: ScorerConfig, durationSec: number) =>
+  Effect.gen(function*() {
+    const videoChain = `[0:${streams.video}]scale=w=-2:h='min(ih,360)',format=gbrp,select='gte(scene\\,0)',` +
+      `scale,format=yuv420p,signalstats,metadata=mode=print:file=-[v]`
+    const graph = streams.audio === null ? videoChain : `${videoChain};[0:${streams.audio}]ebur128=framelog=verbose[a]`
+    const analysed = yield* run(
+      [
+        ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-t", String(Duration.toSeconds(config.openingWindow)), "-i", clip,
+        "-filter_complex", graph, "-map", "[v]", "-frames:v", String(config.maxFrames), "-f", "null", "-",
+        ...(streams.audio === null ? [] : ["-map", "[a]", "-f", "null", "-"])
+      ],
+      durationSec
+    )
+    // The filter graph may print a frame or two past the output's -frames:v before ffmpeg stops.
+    const frames = parseFrameMetadata(analysed.stdout).slice(0, config.maxFrames)
+    if (analysed.exitCode !== 0 || frames.length === 0) {
+      yield* Effect.logDebug("ffmpeg could not decode the clip").pipe(Effect.annotateLogs("stderr", analysed.stderr.slice(-500)))
+      return yield* failure("unsupported_media", "The video could not be decoded.", durationSec)
+    }
+    return analyseOpening(frames, streams.audio === null ? null : parseIntegratedLoudness(analysed.stderr), {
+      cutThreshold: config.cutThreshold,
+      cutSkipSec: Duration.toSeconds(config.cutSkip)
+    })
+  })
+
 export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScorer", {
   effect: Effect.gen(function*() {
     const config = yield* ScorerConfig
@@ -174,9 +225,8 @@ export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScore
     }
     const timeoutSec = Duration.toSeconds(config.analysisTimeout)
     const maxDurationSec = Duration.toSeconds(config.maxClipDuration)
-    const openingSec = Duration.toSeconds(config.openingWindow)
 
-    const run = (command: ReadonlyArray<string>, durationSec: number | null) =>
+    const run: Run = (command, durationSec) =>
       runProcess(command, config.analysisTimeout, config.maxOutputBytes).pipe(
         Effect.catchTags({
           ProcessTimeout: () =>
@@ -186,41 +236,19 @@ export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScore
         })
       )
 
-    const probe = (path: string, tool: string) =>
-      Effect.gen(function*() {
-        const result = yield* run([tool, ...localOnly, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", path], null)
-        const unreadable = failure("unsupported_media", "The file could not be read as an MP4, MOV or WebM video.")
-        if (result.exitCode !== 0) {
-          yield* Effect.logDebug("ffprobe refused the file").pipe(Effect.annotateLogs("stderr", result.stderr.slice(0, 500)))
-          return yield* unreadable
-        }
-        return yield* Schema.decodeUnknown(Schema.parseJson(ProbeOutput))(result.stdout).pipe(Effect.mapError(() => unreadable))
-      })
-
-    const measureDuration = (path: string, tool: string, probed: ProbeOutput, videoIndex: number) =>
-      Effect.gen(function*() {
-        const stated = probed.format?.duration ?? probed.streams.find((s) => s.index === videoIndex)?.duration
-        if (stated !== undefined && Number.isFinite(stated) && stated > 0) return stated
-        const packets = yield* run(
-          [tool, ...localOnly, "-v", "error", "-select_streams", `${videoIndex}`, "-show_entries", "packet=pts_time,duration_time", "-of", "csv=p=0", path],
-          null
-        )
-        return packets.exitCode === 0 ? parsePacketSpan(packets.stdout) : null
-      })
-
     const score = (clip: { readonly path: string }): Effect.Effect<ClipScore, ScoreFailure> =>
       Effect.gen(function*() {
         if (ffprobe === null || ffmpeg === null) {
           return yield* failure("analysis_failed", "The media analyser is not available on this server.")
         }
-        const probed = yield* probe(clip.path, ffprobe)
+        const probed = yield* probe(run, clip.path, ffprobe)
         const container = probed.format?.format_name ?? ""
         if (!/\b(mov|mp4|webm)\b/.test(container)) {
           return yield* failure("unsupported_media", "The file is not an MP4, MOV or WebM video.")
         }
         const video = probed.streams.find(isVideoStream)
         if (video === undefined) return yield* failure("unsupported_media", "The file has no video stream.")
-        const durationSec = yield* measureDuration(clip.path, ffprobe, probed, video.index)
+        const durationSec = yield* measureDuration(run, clip.path, ffprobe, probed, video.index)
         if (durationSec === null) return yield* failure("unsupported_media", "The video stream holds no frames.")
         if (durationSec > maxDurationSec) {
           return yield* failure(
@@ -230,29 +258,8 @@ export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScore
           )
         }
         const audio = probed.streams.find((s) => s.codec_type === "audio")
-        const videoChain = `[0:${video.index}]scale=w=-2:h='min(ih,360)',format=gbrp,select='gte(scene\\,0)',` +
-          `scale,format=yuv420p,signalstats,metadata=mode=print:file=-[v]`
-        const graph = audio === undefined ? videoChain : `${videoChain};[0:${audio.index}]ebur128=framelog=verbose[a]`
-        const analysed = yield* run(
-          [
-            ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-t", String(openingSec), "-i", clip.path,
-            "-filter_complex", graph, "-map", "[v]", "-frames:v", String(config.maxFrames), "-f", "null", "-",
-            ...(audio === undefined ? [] : ["-map", "[a]", "-f", "null", "-"])
-          ],
-          round3(durationSec)
-        )
-        // The filter graph may print a frame or two past the output's -frames:v before ffmpeg stops.
-        const frames = parseFrameMetadata(analysed.stdout).slice(0, config.maxFrames)
-        if (analysed.exitCode !== 0 || frames.length === 0) {
-          yield* Effect.logDebug("ffmpeg could not decode the clip").pipe(
-            Effect.annotateLogs("stderr", analysed.stderr.slice(-500))
-          )
-          return yield* failure("unsupported_media", "The video could not be decoded.", round3(durationSec))
-        }
-        const opening = analyseOpening(frames, audio === undefined ? null : parseIntegratedLoudness(analysed.stderr), {
-          cutThreshold: config.cutThreshold,
-          cutSkipSec: Duration.toSeconds(config.cutSkip)
-        })
+        const streams = { video: video.index, audio: audio?.index ?? null }
+        const opening = yield* analyse(run, ffmpeg, clip.path, streams, config, round3(durationSec))
         return {
           band: bandOf(opening),
           hookDurationSec: opening.hookDurationSec,

@@ -1,85 +1,268 @@
 /**
- * The bytes of an upload: what kind of video they are (by their first bytes, not the
- * Content-Type) and a byte limit enforced while they stream past.
+ * The uploads service: an upload link is made (with its job, awaiting_upload), takes one file
+ * (the PUT, or in presigned mode the object the bucket received), and lands it: in one
+ * transaction the upload becomes received and the jobs service queues the job with its credits
+ * reserved, or, when the wallet is short, the job stays awaiting_upload with its file kept
+ * (retry start picks it up). The HTTP side (headers, the request body) is Http.ts's: this
+ * service takes the body as a stream and what the headers declared as arguments.
  */
-import { Chunk, Effect, Sink, Stream } from "effect"
-import { PayloadTooLarge, UnsupportedMediaType } from "../Errors.js"
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Either, Exit, Option, Stream } from "effect"
+import type { Caller } from "../Auth/Api.js"
+import { publicBaseUrl, ServerConfig } from "../Config.js"
+import { NotFound, UploadAlreadyUsed, UploadExpired, type ValidationFailed } from "../Errors.js"
+import { newId, randomToken, sha256Hex } from "../Ids.js"
+import { toTimestamp } from "../Schemas.js"
+import { orDieOnDb } from "../Sql.js"
+import type { PredictionErrorType, PredictUpload, UploadReceipt } from "./Api.js"
+import { BlobStore } from "./BlobStore.js"
+import { PredictionsConfig } from "./Config.js"
+import { PREDICTION_CREDITS, PredictionJobs } from "./Jobs.js"
+import { failedWith } from "./Outcome.js"
+import { checkedVideoBody, type MediaKind, tooLarge, unsupportedMedia } from "./MediaCheck.js"
+import { UploadQuotas } from "./Quotas.js"
+import { currentDate, type UploadRow } from "./Rows.js"
+import { UploadsRepo } from "./UploadsRepo.js"
+import { WorkSignal } from "./WorkSignal.js"
 
-export type MediaKind = "mp4" | "mov" | "webm"
+/** Presigned mode: where a landed clip is copied, out of reach of its upload link. */
+export const jobBlobKey = (predictionId: string) => `jobs/${predictionId}`
 
-/** Bytes needed to recognise a file: the ISO BMFF `ftyp` box or the EBML header with its DocType. */
-export const sniffLength = 64
+/** Upload tokens: 24 random bytes (192 bits), URL-safe base64. */
+const tokenPattern = /^[A-Za-z0-9_-]{32}$/
 
-/** ISO BMFF brands of still images and audio-only files: the `ftyp` box alone does not make a video. */
-const nonVideoBrands = new Set(["M4A ", "M4B ", "M4P ", "F4A ", "F4B ", "heic", "heix", "heim", "heis", "hevc", "hevx", "mif1", "msf1", "avif", "avis", "crx "])
-
-const ascii = (bytes: Uint8Array, from: number, to: number) => String.fromCharCode(...bytes.subarray(from, to))
-
-/**
- * MP4 and MOV are ISO BMFF: a box whose type (bytes 4..8) is `ftyp`, major brand `qt  ` for
- * QuickTime. WebM is EBML (1A 45 DF A3) whose DocType is "webm" (plain Matroska is refused).
- */
-export const sniffMediaKind = (head: Uint8Array): MediaKind | null => {
-  if (head.length >= 12 && ascii(head, 4, 8) === "ftyp") {
-    const brand = ascii(head, 8, 12)
-    if (brand === "qt  ") return "mov"
-    return nonVideoBrands.has(brand) ? null : "mp4"
-  }
-  if (head.length >= 4 && head[0] === 0x1a && head[1] === 0x45 && head[2] === 0xdf && head[3] === 0xa3) {
-    // DocType element: id 42 82, a one-byte size (84 for "webm"), then the text.
-    for (let i = 4; i + 7 <= head.length; i++) {
-      if (head[i] === 0x42 && head[i + 1] === 0x82 && head[i + 2] === 0x84 && ascii(head, i + 3, i + 7) === "webm") {
-        return "webm"
-      }
-    }
-  }
-  return null
+/** The PUT's body, as Http.ts hands it over. */
+export interface UploadBody {
+  /** The bytes; fails with ValidationFailed when the client goes away mid-body. */
+  readonly stream: Stream.Stream<Uint8Array, ValidationFailed>
+  /** Content-Length, when the request declared one. */
+  readonly declaredBytes: number | null
+  /** The request declared no body at all (Content-Length 0, or neither it nor chunked encoding). */
+  readonly empty: boolean
 }
 
-const concatBytes = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
-  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0))
-  let offset = 0
-  for (const part of parts) {
-    out.set(part, offset)
-    offset += part.length
-  }
-  return out
+interface Upload {
+  readonly id: string
+  readonly predictionId: string
 }
 
-/** Also the answer to an empty body; the PUT released the link, so the message says it can be retried. */
-export const unsupportedMedia = () =>
-  new UnsupportedMediaType({
-    message: "The body is not an MP4, MOV or WebM video (it is empty, a form upload or another kind of file). " +
-      "Send the file's raw bytes as the body: curl -X PUT --data-binary @clip.mp4 <upload_url>. " +
-      "This upload link is still usable until it expires."
-  })
+interface Stored {
+  readonly sizeBytes: number
+  readonly kind: MediaKind | null
+  readonly blobKey: string
+}
 
-export const tooLarge = (maxBytes: number) =>
-  new PayloadTooLarge({ message: `The file is larger than ${maxBytes} bytes.` })
+const alreadyUsed = () => new UploadAlreadyUsed({ message: "This upload link was already used." })
 
-/**
- * Checks a body as it streams: the first bytes must be a supported video (else
- * UnsupportedMediaType, before anything is passed on) and the total may not pass `maxBytes`
- * (PayloadTooLarge as soon as it does). Memory stays at one chunk plus the first few bytes.
- */
-export const checkedVideoBody = <E, R>(body: Stream.Stream<Uint8Array, E, R>, maxBytes: number) =>
-  Effect.gen(function*() {
-    const [headChunks, rest] = yield* Stream.peel(
-      body,
-      Sink.fold<Array<Uint8Array>, Uint8Array>(
-        [],
-        (parts) => parts.reduce((sum, part) => sum + part.length, 0) < sniffLength,
-        (parts, chunk) => [...parts, chunk]
+/** 409 used, 410 expired; None when the link can take a file. */
+const refusal = (upload: UploadRow): Option.Option<UploadAlreadyUsed | UploadExpired> =>
+  upload.status === "receiving" || upload.status === "received"
+    ? Option.some(alreadyUsed())
+    : upload.status === "expired" || upload.expired
+    ? Option.some(new UploadExpired({ message: "This upload link has expired; create a new one." }))
+    : Option.none()
+
+/** What the uploads service is made of; each part below takes it. */
+const dependencies = Effect.gen(function*() {
+  return {
+    sql: yield* SqlClient.SqlClient,
+    repo: yield* UploadsRepo,
+    jobs: yield* PredictionJobs,
+    blobs: yield* BlobStore,
+    quotas: yield* UploadQuotas,
+    signal: yield* WorkSignal,
+    config: yield* PredictionsConfig,
+    server: yield* ServerConfig
+  } as const
+})
+type Dependencies = Effect.Effect.Success<typeof dependencies>
+
+/** A link made, with its job awaiting_upload. */
+const links = ({ blobs, config, quotas, repo, server, sql }: Dependencies) => {
+  const createUploadLink = (caller: Caller) =>
+    Effect.gen(function*() {
+      const predictionId = newId("pred")
+      const uploadId = newId("upl")
+      const token = randomToken(24)
+      const blobKey = `uploads/${uploadId}`
+      const now = yield* currentDate
+      const expiresAt = new Date(now.getTime() + Duration.toMillis(config.uploadLinkTtl))
+      yield* quotas.admitLink(caller.accountId, caller.keyId).pipe(
+        Effect.zipRight(repo.createUploadLink({
+          predictionId,
+          uploadId,
+          accountId: caller.accountId,
+          keyId: caller.keyId,
+          tokenHash: sha256Hex(token),
+          blobKey,
+          now,
+          expiresAt
+        })),
+        sql.withTransaction
       )
-    )
-    const kind = sniffMediaKind(concatBytes(headChunks).subarray(0, sniffLength))
-    if (kind === null) return yield* unsupportedMedia()
-    let total = 0
-    const stream = Stream.concat(Stream.fromChunk(Chunk.fromIterable(headChunks)), rest).pipe(
-      Stream.mapEffect((chunk) => {
-        total += chunk.length
-        return total > maxBytes ? Effect.fail(tooLarge(maxBytes)) : Effect.succeed(chunk)
+      const uploadUrl = Option.match(blobs.presignedPut, {
+        onNone: () => `${publicBaseUrl(server)}/uploads/${token}`,
+        onSome: (presign) => presign(blobKey, config.uploadLinkTtl)
       })
+      return {
+        upload_id: uploadId,
+        prediction_id: predictionId,
+        upload_url: uploadUrl,
+        expires_at: toTimestamp(expiresAt)
+      } satisfies PredictUpload
+    }).pipe(orDieOnDb, Effect.withSpan("Predictions.createUpload"))
+
+  return { createUploadLink }
+}
+
+/** A file landed: queued with its credits reserved, kept unpaid, or (never scored) failed. */
+const landing = ({ jobs, quotas, repo, signal, sql }: Dependencies) => {
+  /**
+   * The object trigger: the file of a `receiving` upload is complete. In one transaction the
+   * upload becomes received and the job is queued with its credits reserved, or, when the
+   * wallet is short, stays awaiting_upload with its file kept (within the account's bound of
+   * unpaid clips; over it the landing rolls back and fails with UnpaidClipsLimit).
+   */
+  const land = (upload: Upload, stored: Stored, requestId: string | null) =>
+    Effect.gen(function*() {
+      const queued = yield* Effect.gen(function*() {
+        const landed = yield* repo.landUpload({ id: upload.id, ...stored, now: yield* currentDate })
+        if (!landed) return yield* Effect.dieMessage(`Upload ${upload.id} was released while its file landed`)
+        const consumed = yield* jobs.queueLanded(upload.predictionId, requestId)
+        if (Option.isNone(consumed)) return false
+        if (Either.isLeft(consumed.value.reserved)) {
+          yield* quotas.checkLandedUnpaid(consumed.value.accountId)
+          yield* Effect.logInfo("clip landed while credits were short; job stays awaiting_upload").pipe(
+            Effect.annotateLogs({ prediction_id: upload.predictionId })
+          )
+        }
+        return Either.isRight(consumed.value.reserved)
+      }).pipe(sql.withTransaction)
+      if (queued) yield* signal.wake
+    }).pipe(Effect.uninterruptible)
+
+  /** A landed file the job will not score: the upload is received and the job fails, nothing reserved. */
+  const failLanded = (upload: Upload, stored: Stored, type: PredictionErrorType, message: string) =>
+    Effect.gen(function*() {
+      yield* repo.landUpload({ id: upload.id, ...stored, now: yield* currentDate })
+      yield* jobs.finish(upload.predictionId, failedWith(type, message), { _tag: "AwaitingUpload" })
+    }).pipe(sql.withTransaction, orDieOnDb, Effect.zipRight(jobs.discardBlob(upload.predictionId)))
+
+  return { land, failLanded }
+}
+
+/** The upload PUT. */
+const puts = ({ blobs, config, quotas, repo }: Dependencies, { land }: ReturnType<typeof landing>) => {
+  /** The link of `token`, if it may take a file: 404 unknown, 409 used, 410 expired. */
+  const openLink = (token: string) =>
+    Effect.gen(function*() {
+      const notFound = new NotFound({ message: "No such upload link." })
+      if (!tokenPattern.test(token)) return yield* notFound
+      const found = yield* repo.findByToken({ tokenHash: sha256Hex(token), now: yield* currentDate })
+      if (Option.isNone(found)) return yield* notFound
+      const refused = refusal(found.value)
+      if (Option.isSome(refused)) return yield* refused.value
+      return found.value
+    })
+
+  /** pending → receiving; a PUT that lost the race learns why (used, or expired a moment ago). */
+  const claim = (token: string) =>
+    Effect.gen(function*() {
+      const tokenHash = sha256Hex(token)
+      if (yield* repo.claimByToken({ tokenHash, now: yield* currentDate })) return
+      const now = yield* repo.findByToken({ tokenHash, now: yield* currentDate })
+      return yield* Option.getOrElse(Option.flatMap(now, refusal), alreadyUsed)
+    })
+
+  /**
+   * The upload PUT. The link is claimed (pending → receiving) before a byte is stored, so of
+   * two PUTs at once exactly one streams; a PUT that fails (wrong type, too large, client gone)
+   * releases the link again. The body is checked and stored as it streams.
+   */
+  const receive = (token: string, body: UploadBody, requestId: string | null) =>
+    Effect.gen(function*() {
+      const link = yield* openLink(token)
+      if (body.declaredBytes !== null && body.declaredBytes > config.uploadMaxBytes) return yield* tooLarge(config.uploadMaxBytes)
+      if (body.empty) return yield* unsupportedMedia()
+      yield* quotas.admitPut(link.account_id, body.declaredBytes ?? 0, PREDICTION_CREDITS)
+      yield* claim(token)
+      const upload = { id: link.id, predictionId: link.prediction_id }
+      const blobKey = link.blob_key ?? `uploads/${upload.id}`
+      const stored = yield* Effect.scoped(Effect.gen(function*() {
+        const checked = yield* checkedVideoBody(body.stream, config.uploadMaxBytes)
+        const blob = yield* blobs.put(blobKey, checked.stream)
+        return { kind: checked.kind, sizeBytes: blob.sizeBytes, blobKey }
+      })).pipe(
+        Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : repo.releaseClaim(upload.id))
+      )
+      yield* land(upload, stored, requestId).pipe(
+        // Over the unpaid bound: the file goes and the link can take it again once credits arrive.
+        Effect.tapError(() => blobs.remove(blobKey).pipe(Effect.zipRight(repo.releaseClaim(upload.id))))
+      )
+      return { object: "upload", upload_id: upload.id, status: "received" } satisfies typeof UploadReceipt.Type
+    }).pipe(orDieOnDb, Effect.withSpan("Predictions.receiveUpload"))
+
+  return { receive }
+}
+
+/** Presigned uploads: the object the bucket received, landed by the watcher. */
+const presignedObjects = ({ blobs, config, repo }: Dependencies, { failLanded, land }: ReturnType<typeof landing>) => {
+  /** Copies a presigned upload's object to the job's own key, checked as the PUT route checks a body. */
+  const copyToJob = (uploadedKey: string, jobKey: string, uploadId: string) =>
+    Effect.scoped(Effect.gen(function*() {
+      const checked = yield* checkedVideoBody(blobs.read(uploadedKey, config.uploadMaxBytes + 1), config.uploadMaxBytes)
+      const stored = yield* blobs.put(jobKey, checked.stream)
+      return { kind: checked.kind, sizeBytes: stored.sizeBytes, blobKey: jobKey }
+    })).pipe(
+      Effect.either,
+      // The bucket failed mid-copy: the link is released and the watcher tries again.
+      Effect.onExit((exit) =>
+        Exit.isSuccess(exit) ? Effect.void : blobs.remove(jobKey).pipe(Effect.zipRight(repo.releaseClaim(uploadId))))
     )
-    return { kind, stream }
-  })
+
+  /**
+   * Presigned uploads: the object trigger for one pending upload whose object exists. S3 takes
+   * a presigned PUT again until the link expires, so the object is copied, checked (sniffed, at
+   * most UPLOAD_MAX_BYTES), to the job's own key `jobs/<prediction>`, which no link can write,
+   * and the uploaded object is deleted: a later PUT cannot change what is scored. A file that
+   * is not a supported video, or too large, fails the job (the bucket already answered the PUT).
+   */
+  const landStoredObject = (uploadId: string) =>
+    Effect.gen(function*() {
+      const claimed = yield* repo.claimStoredObject({ id: uploadId, now: yield* currentDate })
+      if (Option.isNone(claimed)) return
+      const { blob_key: uploadedKey, id, prediction_id } = claimed.value
+      const size = yield* blobs.size(uploadedKey)
+      if (Option.isNone(size)) return yield* repo.releaseClaim(id)
+      const copied = yield* copyToJob(uploadedKey, jobBlobKey(prediction_id), id)
+      yield* blobs.remove(uploadedKey)
+      const upload = { id, predictionId: prediction_id }
+      if (Either.isLeft(copied)) {
+        // The PUT's own 415 says to upload again; a job's error says what the file was.
+        const message = copied.left._tag === "UnsupportedMediaType" ? "The file is not an MP4, MOV or WebM video." : copied.left.message
+        return yield* failLanded(upload, { sizeBytes: size.value, kind: null, blobKey: uploadedKey }, "unsupported_media", message)
+      }
+      const landed = yield* Effect.either(land(upload, copied.right, null))
+      if (Either.isLeft(landed)) {
+        yield* failLanded(upload, copied.right, "expired",
+          "The clip landed while credits were short, and this account already keeps as many clips waiting for credits as allowed.")
+      }
+    }).pipe(orDieOnDb)
+
+  return { landStoredObject }
+}
+
+export class PredictionUploads extends Effect.Service<PredictionUploads>()("hookline/PredictionUploads", {
+  effect: Effect.gen(function*() {
+    const deps = yield* dependencies
+    const landed = landing(deps)
+    return {
+      config: deps.config,
+      presigned: Option.isSome(deps.blobs.presignedPut),
+      ...links(deps),
+      ...puts(deps, landed),
+      ...presignedObjects(deps, landed)
+    } as const
+  }),
+  dependencies: [UploadsRepo.Default, PredictionJobs.Default, BlobStore.Default, UploadQuotas.Default, WorkSignal.Default]
+}) {}

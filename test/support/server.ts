@@ -10,13 +10,13 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import Pg from "pg"
 import type { Account, ApiKeyCreated, ImportResult as ImportResultSchema } from "../../src/Admin/Api.js"
-import { appLayer } from "../../src/App.js"
+import { apiOnlyLayer, appLayer } from "../../src/App.js"
 import type { HookLean, HookList, HookRich } from "../../src/Hooks/Api.js"
 import type { NotFoundWire } from "../../src/Errors.js"
 import type { CreditTransaction, CreditTransactionList, UsageSummary, Wallet, WalletAlert } from "../../src/Ledger/Api.js"
 import { withRequestId } from "../../src/Logging.js"
 import type { Prediction, PredictUpload } from "../../src/Predictions/Api.js"
-import type { ClipScorer } from "../../src/Predictions/Scorer.js"
+import { ClipScorer } from "../../src/Predictions/Scorer.js"
 import * as Server from "../../src/System/Server.js"
 import type { EventType, Webhook, WebhookDelivery, WebhookDeliveryList, WebhookSecret, WebhookTest } from "../../src/Webhooks/Api.js"
 
@@ -197,7 +197,7 @@ export const startTestServer = async (
     readonly logger?: Logger.Logger<unknown, unknown>
     /** false: no background fibers (no worker claims rows a test inserts). Default true. */
     readonly background?: boolean
-    /** Replaces the clip scorer the workers use (the predictions tests control it). */
+    /** The clip scorer the workers use (the predictions tests control it); default ClipScorer.Default. */
     readonly scorer?: Layer.Layer<ClipScorer>
   } = {}
 ): Promise<TestServer> => {
@@ -216,7 +216,10 @@ export const startTestServer = async (
   const provider = ConfigProvider.fromMap(settings).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
   const level = LogLevel.fromLiteral((settings.get("LOG_LEVEL") ?? "Warning") as LogLevel.Literal)
   const scope = Effect.runSync(Scope.make())
-  const layer = appLayer(Server.layerLoopback(), { background: options.background ?? true, scorer: options.scorer }).pipe(
+  const application = options.background ?? true
+    ? appLayer(Server.layerLoopback()).pipe(Layer.provide(options.scorer ?? ClipScorer.Default))
+    : apiOnlyLayer(Server.layerLoopback())
+  const layer = application.pipe(
     Layer.provide(Logger.minimumLogLevel(level)),
     // Request ids added as LoggingLive adds them (no redaction: a test's lines must be clean by construction).
     Layer.provide(options.logger === undefined ? Layer.empty : Logger.replace(Logger.defaultLogger, withRequestId(options.logger))),

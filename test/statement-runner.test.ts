@@ -1,0 +1,104 @@
+/**
+ * StatementRunner (src/Sql.ts) on a real Postgres, no HTTP: statements outside transactions and
+ * traces run straight on the pool, a deadline cancels the query on the server, a connection that
+ * was sent a cancel is closed rather than reused, and a cancel the statement never asked for (a
+ * late one meant for the connection's previous query) is survived by running it again.
+ */
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Duration, Effect, Either, Exit, Fiber, Layer, ManagedRuntime, Option } from "effect"
+import type Pg from "pg"
+import { DbPool, StatementRunner } from "../src/Sql.js"
+import { createDatabase, dropDatabase, testPool } from "./support/server.js"
+
+class TookTooLong {
+  readonly _tag = "TookTooLong"
+}
+
+let databaseUrl: string
+// One connection: every statement of a test runs on the same backend unless that one is closed.
+let pool: Pg.Pool
+let observer: Pg.Pool
+const makeRuntime = (on: Pg.Pool) =>
+  ManagedRuntime.make(PgClient.layerFromPool({ acquire: Effect.succeed(on) }).pipe(Layer.provideMerge(Layer.succeed(DbPool, on))))
+let runtime: ReturnType<typeof makeRuntime>
+
+beforeAll(async () => {
+  databaseUrl = await createDatabase()
+  pool = testPool(databaseUrl, 1)
+  observer = testPool(databaseUrl, 1)
+  runtime = makeRuntime(pool)
+})
+
+afterAll(async () => {
+  await runtime.dispose()
+  await pool.end()
+  await observer.end()
+  await dropDatabase(databaseUrl)
+})
+
+/** Runs `use` with the runner and the SQL client, untraced (as an unsampled request). */
+const withRunner = <A, E>(
+  use: (run: Effect.Effect.Success<typeof StatementRunner>, sql: SqlClient.SqlClient) => Effect.Effect<A, E>
+) =>
+  runtime.runPromiseExit(
+    Effect.gen(function*() {
+      const run = yield* StatementRunner
+      const sql = yield* SqlClient.SqlClient
+      return yield* use(run, sql)
+    }).pipe(Effect.withTracerEnabled(false))
+  )
+
+const backendPid = (run: Effect.Effect.Success<typeof StatementRunner>, sql: SqlClient.SqlClient) =>
+  Effect.map(run(sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`), (rows) => rows[0].pid)
+
+describe("StatementRunner", () => {
+  test("answers rows like the statement itself", async () => {
+    const exit = await withRunner((run, sql) => run(sql<{ n: number }>`SELECT n FROM generate_series(1, 3) n`))
+    expect(exit).toEqual(Exit.succeed([{ n: 1 }, { n: 2 }, { n: 3 }]))
+  })
+
+  test("past its deadline the query is cancelled on the server, the caller gets the deadline's failure, the connection is replaced", async () => {
+    const exit = await withRunner((run, sql) =>
+      Effect.gen(function*() {
+        const before = yield* backendPid(run, sql)
+        const started = Date.now()
+        const outcome = yield* Effect.either(run(sql`SELECT pg_sleep(5)`, { duration: Duration.millis(200), onTimeout: () => new TookTooLong() }))
+        const waited = Date.now() - started
+        const after = yield* backendPid(run, sql)
+        return { outcome, waited, replaced: after !== before }
+      }))
+    if (Exit.isFailure(exit)) throw new Error("the runner failed")
+    expect(Either.getLeft(exit.value.outcome)).toEqual(Option.some(new TookTooLong()))
+    expect(exit.value.waited).toBeLessThan(4_000)
+    expect(exit.value.replaced).toBe(true)
+    const sleeping = await observer.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(5)%' AND state = 'active'")
+    expect(sleeping.rows[0].n).toBe(0)
+  })
+
+  test("an interrupted query is cancelled and its connection is not handed to the next statement", async () => {
+    const exit = await withRunner((run, sql) =>
+      Effect.gen(function*() {
+        const before = yield* backendPid(run, sql)
+        const sleeping = yield* Effect.fork(run(sql`SELECT pg_sleep(5)`))
+        yield* Effect.sleep(Duration.millis(200))
+        yield* Fiber.interrupt(sleeping)
+        return { before, after: yield* backendPid(run, sql) }
+      }))
+    if (Exit.isFailure(exit)) throw new Error("the runner failed")
+    expect(exit.value.after).not.toBe(exit.value.before)
+  })
+
+  test("a cancel the statement never sent is survived: the statement runs again and answers", async () => {
+    const exit = await withRunner((run, sql) =>
+      Effect.gen(function*() {
+        const pid = yield* backendPid(run, sql)
+        // Someone else's late cancel lands on this backend while the statement runs.
+        const stray = Effect.promise(() => observer.query("SELECT pg_cancel_backend($1)", [pid])).pipe(Effect.delay(Duration.millis(150)))
+        const [rows] = yield* Effect.all([run(sql<{ answer: number }>`SELECT 42 AS answer FROM pg_sleep(0.5)`), stray], { concurrency: 2 })
+        return rows
+      }))
+    expect(exit).toEqual(Exit.succeed([{ answer: 42 }]))
+  })
+})
