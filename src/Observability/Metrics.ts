@@ -9,8 +9,9 @@
  * Labels hold bounded values only: route templates, statuses, operations, outcomes. Never an
  * account, a key or a raw path.
  */
-import { Clock, Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricLabel } from "effect"
+import { Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricLabel } from "effect"
 import { JobsRepo } from "../Predictions/JobsRepo.js"
+import { currentDate } from "../Repository.js"
 import { DbPool, orDieOnDb } from "../Sql.js"
 import { WebhooksRepo } from "../Webhooks/Repo.js"
 import { renderPrometheus } from "./Prometheus.js"
@@ -178,7 +179,7 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
     const webhooksRepo = yield* WebhooksRepo
 
     const readQueues = Effect.gen(function*() {
-      const now = new Date(yield* Clock.currentTimeMillis)
+      const now = yield* currentDate
       const oldestQueued = yield* jobsRepo.oldestQueuedSeconds(now)
       const outbox = yield* webhooksRepo.outboxBacklog(now)
       return {

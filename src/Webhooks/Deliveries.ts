@@ -6,11 +6,12 @@
  * A retry sends the same event: the same event id (so the same `webhook-id`, for receivers that
  * dedupe) and the same body bytes, signed afresh at the attempt.
  */
-import { Clock, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
+import { Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
+import { currentDate } from "../Repository.js"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { DatabaseMode } from "../Sql.js"
 import type { DeliveryParams, WebhookDelivery, WebhookDeliveryList } from "./Api.js"
@@ -79,7 +80,7 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
      */
     const retry = Effect.fn("WebhookDeliveries.retry")(function*(accountId: string, id: string) {
       if (!deliveryPattern.test(id)) return yield* notFound(id)
-      const now = new Date(yield* Clock.currentTimeMillis)
+      const now = yield* currentDate
       const queued = yield* repo.requeueDelivery({ accountId, id, now })
       if (Option.isSome(queued)) {
         if (!mode.embedded) yield* repo.notifyDispatchers(id)
@@ -104,7 +105,7 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
     const sweep = Effect.gen(function*() {
       let total = 0
       for (;;) {
-        const now = new Date(yield* Clock.currentTimeMillis)
+        const now = yield* currentDate
         const { swept } = yield* repo.sweepFinishedDeliveries({ retentionMs, batch: sweepBatch, now })
         total += swept
         if (swept < sweepBatch) return total

@@ -21,8 +21,9 @@
  * - Wake-up: LISTEN on the outbox channel (Postgres), a timer for the next due retry, and a
  *   poll every WEBHOOK_POLL_INTERVAL (the only source in embedded mode, which has no LISTEN).
  */
-import { Clock, Duration, Effect, Either, FiberSet, Layer, Queue, Ref, Schedule, Stream } from "effect"
+import { Duration, Effect, Either, FiberSet, Layer, Queue, Ref, Schedule, Stream } from "effect"
 import { randomUUID } from "node:crypto"
+import { currentDate } from "../Repository.js"
 import { DatabaseMode, listen } from "../Sql.js"
 import { effectiveLease, type WebhookConfig } from "./Config.js"
 import type { DeliveryStatus } from "./Api.js"
@@ -33,9 +34,6 @@ import { Webhooks } from "./Webhooks.js"
 
 /** Shortest wait between two looks at the outbox, so rows another process is claiming do not make a loop spin. */
 const minimumWait = Duration.millis(10)
-
-/** The clock as the delivery tables' timestamps take it. */
-const clockNow = Effect.map(Clock.currentTimeMillis, (millis) => new Date(millis))
 
 /** A delivery's state after attempt number `attempts`: 2xx delivered, 410 or the schedule's end failed, else pending. */
 const stateAfter = (attempts: number, outcome: AttemptOutcome, schedule: ReadonlyArray<Duration.Duration>): DeliveryStatus =>
@@ -71,14 +69,14 @@ const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: stri
         delivered: outcome.delivered,
         gone: outcome.statusCode === 410,
         disableAfterMs,
-        now: yield* clockNow
+        now: yield* currentDate
       })
       return status
     })
 
   /** A clean shutdown hands an unfinished attempt back at once (it does not count). */
   const release = (row: ClaimedRow, token: string) =>
-    Effect.flatMap(clockNow, (now) => repo.releaseClaim({ deliveryId: row.id, token, now })).pipe(
+    Effect.flatMap(currentDate, (now) => repo.releaseClaim({ deliveryId: row.id, token, now })).pipe(
       Effect.timeout(Duration.seconds(2)),
       Effect.catchAllCause((cause) => Effect.logWarning("webhook claim not released", cause))
     )
@@ -102,7 +100,7 @@ const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: stri
     Effect.gen(function*() {
       const { url, secret_ciphertext } = row
       if (url === null || row.enabled !== true || secret_ciphertext === null) {
-        return yield* Effect.flatMap(clockNow, (now) => repo.dropForDisabledWebhook({ deliveryId: row.id, token, now }))
+        return yield* Effect.flatMap(currentDate, (now) => repo.dropForDisabledWebhook({ deliveryId: row.id, token, now }))
       }
       const outcome = yield* attempt({ ...row, url, secret_ciphertext })
       const status = yield* record(row, token, outcome)
@@ -183,9 +181,9 @@ export class Dispatcher extends Effect.Service<Dispatcher>()("hookline/Dispatche
     const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
     const outbox: Outbox = {
       config,
-      claim: (limit, token) => Effect.flatMap(clockNow, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now })),
+      claim: (limit, token) => Effect.flatMap(currentDate, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now })),
       deliver: makeDelivery(repo, webhooks, dispatcherId),
-      untilNextDue: Effect.flatMap(clockNow, repo.untilNextDue).pipe(
+      untilNextDue: Effect.flatMap(currentDate, repo.untilNextDue).pipe(
         Effect.map(({ wait_ms }) =>
           wait_ms === null
             ? config.pollInterval

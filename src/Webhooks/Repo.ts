@@ -1,18 +1,16 @@
 /**
  * Every statement on `webhooks`, the outbox `webhook_deliveries` and `webhook_attempts`, named for
  * the transition it performs; rows and requests are schemas (Rows.ts), failures are defects, each
- * has a span. The delivery clock (due, lease, next attempt, endpoint health) is Effect's Clock,
+ * has a span (atRepoBoundary). The delivery clock (due, lease, next attempt, endpoint health) is Effect's Clock,
  * passed as `now`, so TestClock drives the retry schedule; the rotation window is SQL's `now()`.
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { repoStatement } from "../Repository.js"
+import { atRepoBoundary } from "../Repository.js"
 import * as Rows from "./Rows.js"
 
 /** Channel the outbox notifies on commit (Postgres only; embedded mode polls). */
 export const deliveriesChannel = "hookline_webhook_deliveries"
-
-const statement = repoStatement("WebhooksRepo")
 
 /** A time `ms` milliseconds after `now` (before it, when negative). */
 const plus = (sql: SqlClient.SqlClient, now: Date, ms: number) =>
@@ -31,16 +29,16 @@ const validPreviousSecret = (sql: SqlClient.SqlClient, alias: string) =>
 
 /** The account webhook: set, retargeted, switched off, its secret rotated. */
 const webhookStatements = (sql: SqlClient.SqlClient) => {
-  const findWebhook = statement("findWebhook", SqlSchema.findOne({
+  const findWebhook = SqlSchema.findOne({
     Request: Schema.String,
     Result: Rows.WebhookRow,
     execute: (accountId) =>
       sql`SELECT ${stateColumns(sql)}, secret_ciphertext, ${validPreviousSecret(sql, "w")}
             FROM webhooks w WHERE account_id = ${accountId}`
-  }))
+  })
 
   /** Creates the account's webhook, enabled; None when it has one already. */
-  const createWebhook = statement("createWebhook", SqlSchema.findOne({
+  const createWebhook = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, secretCiphertext: Schema.String, events: Rows.Selection }),
     Result: Rows.WebhookState,
     execute: (request) =>
@@ -48,10 +46,10 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
           VALUES (${request.accountId}, ${request.url}, true, ${request.secretCiphertext}, ${request.events})
           ON CONFLICT (account_id) DO NOTHING
           RETURNING ${stateColumns(sql)}`
-  }))
+  })
 
   /** A new URL enables the webhook and clears a health disable; `events` (when given) replaces the selection. */
-  const retargetWebhook = statement("retargetWebhook", SqlSchema.single({
+  const retargetWebhook = SqlSchema.single({
     Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, events: Schema.UndefinedOr(Rows.Selection) }),
     Result: Rows.WebhookState,
     execute: (request) =>
@@ -60,24 +58,24 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
                  ${request.events === undefined ? sql`` : sql`events = ${request.events},`} updated_at = now()
            WHERE account_id = ${request.accountId}
           RETURNING ${stateColumns(sql)}`
-  }))
+  })
 
   /** DELETE /v1/webhooks: off, url and secret kept. */
-  const switchOffWebhook = statement("switchOffWebhook", SqlSchema.void({
+  const switchOffWebhook = SqlSchema.void({
     Request: Schema.String,
     execute: (accountId) =>
       sql`UPDATE webhooks SET enabled = false, disabled_reason = NULL, disabled_at = NULL, updated_at = now()
            WHERE account_id = ${accountId}`
-  }))
+  })
 
   /** Plan loss: off, url and secret kept. */
-  const disableForPlanLoss = statement("disableForPlanLoss", SqlSchema.void({
+  const disableForPlanLoss = SqlSchema.void({
     Request: Schema.String,
     execute: (accountId) => sql`UPDATE webhooks SET enabled = false, updated_at = now() WHERE account_id = ${accountId}`
-  }))
+  })
 
   /** The new secret becomes current; the current one stays valid for `previousTtlMs`. None: no webhook. */
-  const rotateSecret = statement("rotateSecret", SqlSchema.findOne({
+  const rotateSecret = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, secretCiphertext: Schema.String, previousTtlMs: Rows.Millis }),
     Result: Rows.WebhookState,
     execute: (request) =>
@@ -88,7 +86,7 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
                  updated_at = now()
            WHERE account_id = ${request.accountId}
           RETURNING ${stateColumns(sql)}`
-  }))
+  })
 
   return { findWebhook, createWebhook, retargetWebhook, switchOffWebhook, disableForPlanLoss, rotateSecret } as const
 }
@@ -99,7 +97,7 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
    * Records an event for the account's webhook when it is enabled and takes this type; joins
    * the caller's transaction. Returns the delivery id, None when nothing was queued.
    */
-  const enqueueDelivery = statement("enqueueDelivery", SqlSchema.findOne({
+  const enqueueDelivery = SqlSchema.findOne({
     Request: Rows.EnqueueRequest,
     Result: Schema.Struct({ id: Schema.String }),
     execute: (request) =>
@@ -109,16 +107,16 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
             FROM webhooks
            WHERE account_id = ${request.accountId} AND enabled AND (events IS NULL OR ${request.type} = ANY (events))
           RETURNING id`
-  }))
+  })
 
   /** Wakes the dispatchers (sent when the caller's transaction commits). */
-  const notifyDispatchers = statement("notifyDispatchers", SqlSchema.void({
+  const notifyDispatchers = SqlSchema.void({
     Request: Schema.String,
     execute: (deliveryId) => sql`SELECT pg_notify(${deliveriesChannel}, ${deliveryId})`
-  }))
+  })
 
   /** The outbox's backlog at `now`: deliveries pending, and how overdue the most overdue one is (0: none). */
-  const outboxBacklog = statement("outboxBacklog", SqlSchema.single({
+  const outboxBacklog = SqlSchema.single({
     Request: Rows.Now,
     Result: Schema.Struct({ pending: Schema.Number, oldest_due_ms: Schema.Number }),
     execute: (now) =>
@@ -126,7 +124,7 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
                  COALESCE(extract(epoch FROM ${now}::timestamptz - min(next_attempt_at) FILTER (WHERE next_attempt_at <= ${now}))
                           * 1000, 0)::float8 AS oldest_due_ms
             FROM webhook_deliveries WHERE status = 'pending'`
-  }))
+  })
 
   return { enqueueDelivery, notifyDispatchers, outboxBacklog } as const
 }
@@ -134,7 +132,7 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
 /** The delivery log: pages, one delivery, a retry, the retention sweep. */
 const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
   /** A page of the account's deliveries, newest first, after `afterId` when given. */
-  const listDeliveries = statement("listDeliveries", SqlSchema.findAll({
+  const listDeliveries = SqlSchema.findAll({
     Request: Rows.ListRequest,
     Result: Rows.DeliveryRow,
     execute: (request) =>
@@ -144,20 +142,20 @@ const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
              ${request.afterId === undefined ? sql`` : sql`AND d.id < ${request.afterId}`}
            ORDER BY d.id DESC
            LIMIT ${request.limit}`
-  }))
+  })
 
-  const findDelivery = statement("findDelivery", SqlSchema.findOne({
+  const findDelivery = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, id: Schema.String }),
     Result: Rows.DeliveryRow,
     execute: (request) =>
       sql`SELECT ${deliveryColumns(sql)} FROM webhook_deliveries d WHERE d.id = ${request.id} AND d.account_id = ${request.accountId}`
-  }))
+  })
 
   /**
    * A pending or failed delivery becomes due at `now`, when the webhook is enabled and no
    * dispatcher holds it. None: left as it is.
    */
-  const requeueDelivery = statement("requeueDelivery", SqlSchema.findOne({
+  const requeueDelivery = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, id: Schema.String, now: Rows.Now }),
     Result: Rows.DeliveryRow,
     execute: (request) =>
@@ -167,10 +165,10 @@ const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
            WHERE d.id = ${request.id} AND d.account_id = ${request.accountId} AND d.status <> 'delivered'
              AND d.claim_token IS NULL AND w.account_id = d.account_id AND w.enabled
           RETURNING ${deliveryColumns(sql)}`
-  }))
+  })
 
   /** Deletes up to `batch` finished deliveries (and their attempts) created before the cutoff; returns how many. */
-  const sweepFinishedDeliveries = statement("sweepFinishedDeliveries", SqlSchema.single({
+  const sweepFinishedDeliveries = SqlSchema.single({
     Request: Schema.Struct({ retentionMs: Rows.Millis, batch: Schema.Number, now: Rows.Now }),
     Result: Schema.Struct({ swept: Schema.Number }),
     execute: (request) =>
@@ -182,7 +180,7 @@ const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
             RETURNING 1
           )
           SELECT count(*)::int AS swept FROM gone`
-  }))
+  })
 
   return { listDeliveries, findDelivery, requeueDelivery, sweepFinishedDeliveries } as const
 }
@@ -228,7 +226,7 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
    * Claims up to `limit` due deliveries under `token`: counts the attempt and leases each for
    * `leaseMs`, so no other dispatcher takes it meanwhile and no transaction stays open.
    */
-  const claimDueDeliveries = statement("claimDueDeliveries", SqlSchema.findAll({
+  const claimDueDeliveries = SqlSchema.findAll({
     Request: Schema.Struct({ limit: Schema.Number, token: Schema.String, leaseMs: Rows.Millis, now: Rows.Now }),
     Result: Rows.ClaimedRow,
     execute: (request) =>
@@ -247,54 +245,55 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
            WHERE d.id = due.id
           RETURNING d.id, d.event_id, d.account_id, d.attempts, COALESCE(d.body, d.payload::text) AS body,
                     w.url, w.enabled, w.secret_ciphertext, ${validPreviousSecret(sql, "w")}`
-  }))
+  })
 
   /** Milliseconds from `now` until the next pending delivery is due (null: none pending). */
-  const untilNextDue = statement("untilNextDue", SqlSchema.single({
+  const untilNextDue = SqlSchema.single({
     Request: Rows.Now,
     Result: Schema.Struct({ wait_ms: Schema.NullOr(Schema.Number) }),
     execute: (now) =>
       sql`SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - ${now}::timestamptz) * 1000 AS wait_ms
             FROM webhook_deliveries WHERE status = 'pending'`
-  }))
+  })
 
   /**
    * An attempt's outcome, in one statement: the attempt row (it was made, so it is always
    * recorded), and, guarded by the claim token, the delivery's next state and the endpoint's
    * health (a streak starts, ends, or disables the webhook; written only when something changes).
    */
-  const recordAttempt = statement("recordAttempt", SqlSchema.void({
+  const recordAttempt = SqlSchema.void({
     Request: Rows.AttemptRecord,
     execute: (request) => recordAttemptSql(sql, request)
-  }))
+  })
 
   /** The webhook is disabled (or gone): the event is not sent and not retried; the claim's attempt does not count. */
-  const dropForDisabledWebhook = statement("dropForDisabledWebhook", SqlSchema.void({
+  const dropForDisabledWebhook = SqlSchema.void({
     Request: Rows.ClaimRequest,
     execute: (request) =>
       sql`UPDATE webhook_deliveries
              SET status = 'failed', attempts = attempts - 1, last_error = 'webhook disabled',
                  completed_at = ${request.now}, claim_token = NULL
            WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
-  }))
+  })
 
   /** A clean shutdown hands an unfinished attempt back, due at once (it does not count). */
-  const releaseClaim = statement("releaseClaim", SqlSchema.void({
+  const releaseClaim = SqlSchema.void({
     Request: Rows.ClaimRequest,
     execute: (request) =>
       sql`UPDATE webhook_deliveries
              SET attempts = attempts - 1, next_attempt_at = ${request.now}, claim_token = NULL
            WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
-  }))
+  })
 
   return { claimDueDeliveries, untilNextDue, recordAttempt, dropForDisabledWebhook, releaseClaim } as const
 }
 
 export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("hookline/WebhooksRepo", {
-  effect: Effect.map(SqlClient.SqlClient, (sql) => ({
-    ...webhookStatements(sql),
-    ...outboxStatements(sql),
-    ...deliveryLogStatements(sql),
-    ...dispatchStatements(sql)
-  }))
+  effect: Effect.map(SqlClient.SqlClient, (sql) =>
+    atRepoBoundary("WebhooksRepo", {
+      ...webhookStatements(sql),
+      ...outboxStatements(sql),
+      ...deliveryLogStatements(sql),
+      ...dispatchStatements(sql)
+    }))
 }) {}

@@ -6,11 +6,12 @@
  * Secrets are stored encrypted (SecretBox.ts). A rotation keeps the previous secret for
  * WEBHOOK_PREVIOUS_SECRET_TTL (24 hours); only the most recent previous secret is kept.
  */
-import { Clock, Duration, Effect, Either, Option, Redacted } from "effect"
+import { Duration, Effect, Either, Option, Redacted } from "effect"
 import { Secrets } from "../Config.js"
 import { ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import type { Prediction } from "../Predictions/Api.js"
+import { currentDate } from "../Repository.js"
 import { DatabaseMode } from "../Sql.js"
 import type { EventType, Webhook, WebhookSecret, WebhookTest } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
@@ -95,7 +96,7 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
       openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
       { onLeft: (unreadable) => Effect.dieMessage(`webhook secret of ${accountId}: ${unreadable.message}`), onRight: Effect.succeed }
     )
-    const now = new Date(yield* Clock.currentTimeMillis)
+    const now = yield* currentDate
     const eventId = newId("evt")
     const body = eventBody({ id: eventId, type: "prediction.succeeded", createdAt: now.toISOString(), data: syntheticPrediction(now) })
     const input = { url: row.value.url, secrets: signingSecrets, eventId, body }
@@ -181,7 +182,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
      */
     const enqueueEvent = Effect.fn("Webhooks.enqueueEvent")(
       function*(accountId: string, type: PredictionEventType, data: Prediction) {
-        const now = new Date(yield* Clock.currentTimeMillis)
+        const now = yield* currentDate
         const eventId = newId("evt")
         const body = eventBody({ id: eventId, type, createdAt: now.toISOString(), data })
         const queued = yield* repo.enqueueDelivery({ deliveryId: newId("dlv"), eventId, accountId, type, body, now })
