@@ -45,94 +45,107 @@ export type Completion = typeof Completion.Type
 /** Expired keys deleted per sweep statement. */
 const sweepBatch = 1000
 
+/** A key claimed, looked up, kept alive. */
+const claimStatements = (sql: SqlClient.SqlClient) => {
+  /**
+   * Inserts the key 'in_progress' for `owner`, or takes over an expired row or a stalled claim
+   * of the same request. Some row when claimed. The claim's commit does not wait for the disk
+   * (synchronous_commit off, for this statement only): whatever the request then commits flushes
+   * the log past the claim, and a claim lost with a database crash before that guarded nothing.
+   */
+  const claimKey = SqlSchema.findOne({
+    Request: ClaimRequest,
+    Result: Schema.Struct({ owner: Schema.String }),
+    execute: (claim) =>
+      sql`
+        INSERT INTO idempotency_keys AS k
+               (scope, key, fingerprint, method, path, status, owner, locked_at, request_id, created_at, expires_at)
+        SELECT ${claim.scope}, ${claim.key}, ${claim.fingerprint}, ${claim.method}, ${claim.path},
+               'in_progress', ${claim.owner}, now(), ${claim.requestId}, now(), now() + make_interval(secs => ${claim.ttlSeconds})
+          FROM (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only
+        ON CONFLICT (scope, key) DO UPDATE
+           SET fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
+               status = 'in_progress', owner = EXCLUDED.owner, locked_at = now(), request_id = EXCLUDED.request_id,
+               response_status = NULL, response_headers = NULL, response_body = NULL,
+               created_at = now(), completed_at = NULL, expires_at = EXCLUDED.expires_at
+         WHERE k.expires_at <= now()
+            OR (k.status = 'in_progress' AND k.locked_at <= now() - make_interval(secs => ${claim.lockSeconds})
+                AND k.fingerprint = EXCLUDED.fingerprint)
+        RETURNING k.owner`
+  })
+
+  /** The unexpired row of a key. */
+  const findLiveKey = SqlSchema.findOne({
+    Request: KeyId,
+    Result: KeyRow,
+    execute: ({ key, scope }) =>
+      sql`
+        SELECT fingerprint, method, path, status, request_id, response_status, response_headers, response_body
+          FROM idempotency_keys
+         WHERE scope = ${scope} AND key = ${key} AND expires_at > now()`
+  })
+
+  /** Keeps `owner`'s claim alive. */
+  const touchClaim = SqlSchema.void({
+    Request: OwnedKey,
+    execute: ({ key, owner, scope }) =>
+      sql`UPDATE idempotency_keys SET locked_at = now()
+           WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
+  })
+
+  return { claimKey, findLiveKey, touchClaim } as const
+}
+
+/** A claim settled (answered or released), and expired keys swept. */
+const settleStatements = (sql: SqlClient.SqlClient) => {
+  /** Stores the answer; None when the claim was lost (taken over after a stall). */
+  const completeKey = SqlSchema.findOne({
+    Request: Completion,
+    Result: Schema.Struct({ key: Schema.String }),
+    execute: (done) =>
+      sql`
+        UPDATE idempotency_keys
+           SET status = 'completed', completed_at = now(), response_status = ${done.status},
+               response_headers = ${JSON.stringify(done.headers)}::jsonb, response_body = ${done.sealedBody}
+         WHERE scope = ${done.scope} AND key = ${done.key} AND owner = ${done.owner} AND status = 'in_progress'
+        RETURNING key`
+  })
+
+  /** Deletes `owner`'s claim, so a retry runs the request again. */
+  const releaseKey = SqlSchema.void({
+    Request: OwnedKey,
+    execute: ({ key, owner, scope }) =>
+      sql`DELETE FROM idempotency_keys
+           WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
+  })
+
+  /** Deletes up to `sweepBatch` expired keys (stalled claims past the lock timeout too); how many. */
+  const deleteExpiredBatch = SqlSchema.single({
+    Request: Schema.Number,
+    Result: Schema.Struct({ n: Schema.Number }),
+    execute: (lockSeconds) =>
+      sql`
+        WITH gone AS (
+          DELETE FROM idempotency_keys
+           WHERE (scope, key) IN (
+             SELECT scope, key FROM idempotency_keys
+              WHERE expires_at <= now()
+                AND (status = 'completed' OR locked_at <= now() - make_interval(secs => ${lockSeconds}))
+              LIMIT ${sweepBatch})
+          RETURNING 1
+        )
+        SELECT count(*)::int AS n FROM gone`
+  })
+
+  return { completeKey, releaseKey, deleteExpiredBatch } as const
+}
+
 export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("hookline/IdempotencyRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    /**
-     * Inserts the key 'in_progress' for `owner`, or takes over an expired row or a stalled claim
-     * of the same request. Some row when claimed. The claim's commit does not wait for the disk
-     * (synchronous_commit off, for this statement only): whatever the request then commits flushes
-     * the log past the claim, and a claim lost with a database crash before that guarded nothing.
-     */
-    const claimKey = SqlSchema.findOne({
-      Request: ClaimRequest,
-      Result: Schema.Struct({ owner: Schema.String }),
-      execute: (claim) =>
-        sql`
-          INSERT INTO idempotency_keys AS k
-                 (scope, key, fingerprint, method, path, status, owner, locked_at, request_id, created_at, expires_at)
-          SELECT ${claim.scope}, ${claim.key}, ${claim.fingerprint}, ${claim.method}, ${claim.path},
-                 'in_progress', ${claim.owner}, now(), ${claim.requestId}, now(), now() + make_interval(secs => ${claim.ttlSeconds})
-            FROM (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only
-          ON CONFLICT (scope, key) DO UPDATE
-             SET fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
-                 status = 'in_progress', owner = EXCLUDED.owner, locked_at = now(), request_id = EXCLUDED.request_id,
-                 response_status = NULL, response_headers = NULL, response_body = NULL,
-                 created_at = now(), completed_at = NULL, expires_at = EXCLUDED.expires_at
-           WHERE k.expires_at <= now()
-              OR (k.status = 'in_progress' AND k.locked_at <= now() - make_interval(secs => ${claim.lockSeconds})
-                  AND k.fingerprint = EXCLUDED.fingerprint)
-          RETURNING k.owner`
-    })
-
-    /** The unexpired row of a key. */
-    const findLiveKey = SqlSchema.findOne({
-      Request: KeyId,
-      Result: KeyRow,
-      execute: ({ key, scope }) =>
-        sql`
-          SELECT fingerprint, method, path, status, request_id, response_status, response_headers, response_body
-            FROM idempotency_keys
-           WHERE scope = ${scope} AND key = ${key} AND expires_at > now()`
-    })
-
-    /** Keeps `owner`'s claim alive. */
-    const touchClaim = SqlSchema.void({
-      Request: OwnedKey,
-      execute: ({ key, owner, scope }) =>
-        sql`UPDATE idempotency_keys SET locked_at = now()
-             WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
-    })
-
-    /** Stores the answer; None when the claim was lost (taken over after a stall). */
-    const completeKey = SqlSchema.findOne({
-      Request: Completion,
-      Result: Schema.Struct({ key: Schema.String }),
-      execute: (done) =>
-        sql`
-          UPDATE idempotency_keys
-             SET status = 'completed', completed_at = now(), response_status = ${done.status},
-                 response_headers = ${JSON.stringify(done.headers)}::jsonb, response_body = ${done.sealedBody}
-           WHERE scope = ${done.scope} AND key = ${done.key} AND owner = ${done.owner} AND status = 'in_progress'
-          RETURNING key`
-    })
-
-    /** Deletes `owner`'s claim, so a retry runs the request again. */
-    const releaseKey = SqlSchema.void({
-      Request: OwnedKey,
-      execute: ({ key, owner, scope }) =>
-        sql`DELETE FROM idempotency_keys
-             WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
-    })
-
-    /** Deletes up to `sweepBatch` expired keys (stalled claims past the lock timeout too); how many. */
-    const deleteExpiredBatch = SqlSchema.single({
-      Request: Schema.Number,
-      Result: Schema.Struct({ n: Schema.Number }),
-      execute: (lockSeconds) =>
-        sql`
-          WITH gone AS (
-            DELETE FROM idempotency_keys
-             WHERE (scope, key) IN (
-               SELECT scope, key FROM idempotency_keys
-                WHERE expires_at <= now()
-                  AND (status = 'completed' OR locked_at <= now() - make_interval(secs => ${lockSeconds}))
-                LIMIT ${sweepBatch})
-            RETURNING 1
-          )
-          SELECT count(*)::int AS n FROM gone`
-    })
+    const { claimKey, findLiveKey, touchClaim } = claimStatements(sql)
+    const { completeKey, deleteExpiredBatch, releaseKey } = settleStatements(sql)
 
     return {
       claimKey: (claim: ClaimRequest) => Effect.orDie(claimKey(claim)),
