@@ -34,7 +34,7 @@ const ledgerStatements = async (runtime: ManagedRuntime.ManagedRuntime<Ledger, u
     const child = spans.find((span) => span.name === "sql.execute" && span.parent._tag === "Some" && span.parent.value.spanId === parent?.spanId)
     return normalizeSql(String(child?.attributes.get("db.query.text") ?? ""))
   }
-  return { reserve: statementUnder("Ledger.reserve"), settle: statementUnder("Ledger.settle") }
+  return { reserve: statementUnder("LedgerRepo.reserveHold"), settle: statementUnder("LedgerRepo.settleHold") }
 }
 
 export const runLedgerBench = async (options: BenchOptions): Promise<Array<ScenarioResult>> => {

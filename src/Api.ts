@@ -5,6 +5,7 @@ import {
   InternalErrorWire,
   NotFoundWire,
   PayloadTooLargeWire,
+  StatementTimedOutWire,
   UnsupportedMediaTypeWire,
   ValidationFailedWire
 } from "./Errors.js"
@@ -27,6 +28,7 @@ export class HooklineApi extends HttpApi.make("hookline")
   .addError(PayloadTooLargeWire)
   .addError(UnsupportedMediaTypeWire)
   .addError(InternalErrorWire)
+  .addError(StatementTimedOutWire)
   .annotate(OpenApi.Title, "Hookline API")
   .annotate(OpenApi.Version, "1.0.0")
   .annotate(OpenApi.Servers, [
@@ -48,14 +50,17 @@ interface ResponseObject {
 }
 
 const decodeErrorRef = "#/components/schemas/HttpApiDecodeError"
+const statementTimedOutRef = "#/components/schemas/Error_service_unavailable_statement_timed_out"
 
 /**
  * The framework lists its own 400 decode error on every route; Hookline answers those as 422
  * validation_error, so the 400 entry keeps only Hookline's own 400s (invalid_cursor and the
- * upload's authorization_not_allowed). Two errors sharing 403 get one description.
+ * upload's authorization_not_allowed). Two errors sharing 403 get one description; a 503 names
+ * each of its causes.
  */
 const dropFrameworkDecodeError = (spec: Record<string, unknown>): Record<string, unknown> => {
   const paths = spec.paths as Record<string, Record<string, { responses?: Record<string, ResponseObject> }>>
+  const schemas = (spec.components as { schemas?: Record<string, { description?: string }> } | undefined)?.schemas ?? {}
   for (const operations of Object.values(paths)) {
     for (const operation of Object.values(operations)) {
       const responses = operation.responses
@@ -71,6 +76,16 @@ const dropFrameworkDecodeError = (spec: Record<string, unknown>): Record<string,
             content: { "application/json": { schema: rest.length === 1 ? rest[0] : { anyOf: rest } } }
           }
         }
+      }
+      const unavailable = responses["503"]
+      const causes = unavailable?.content?.["application/json"]?.schema?.anyOf
+      if (unavailable !== undefined && causes !== undefined) {
+        // The route's own 503 first, then the statement timeout every route shares.
+        unavailable.description = causes
+          .map((option) => option.$ref ?? "")
+          .toSorted((a, b) => Number(a === statementTimedOutRef) - Number(b === statementTimedOutRef))
+          .map((ref) => schemas[ref.replace("#/components/schemas/", "")]?.description ?? "")
+          .join(" Or: ")
       }
       const forbidden = responses["403"]?.content?.["application/json"]?.schema
       if (forbidden?.anyOf !== undefined && responses["403"] !== undefined) {

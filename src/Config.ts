@@ -3,7 +3,7 @@
  * contract's values as defaults. Each area keeps its own settings beside its code
  * (Ledger/Config.ts, Predictions/Config.ts, ...); this file holds what the whole server shares.
  */
-import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
@@ -15,6 +15,11 @@ export const ServerConfig = Config.all({
   databaseUrl: Config.option(Config.redacted("DATABASE_URL")),
   dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.hookline"), Config.map((dir) => resolve(dir))),
   pgMaxConnections: Config.integer("PG_MAX_CONNECTIONS").pipe(Config.withDefault(10)),
+  /**
+   * Every statement on the server's connections is cancelled by PostgreSQL past this (0: never),
+   * so no request can hold a connection longer; migrations and the admin import lift it.
+   */
+  dbStatementTimeout: Config.duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
   maxJsonBodyBytes: Config.integer("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),
   seedDemo: Config.boolean("SEED_DEMO").pipe(Config.withDefault(true)),
   demoCatalogSize: Config.integer("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))

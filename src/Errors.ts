@@ -99,6 +99,13 @@ export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()
   message: Schema.String
 }) {}
 export const ServiceUnavailableWire = envelope(ServiceUnavailable, "service_unavailable", 503, "The service is not ready (database unreachable or not migrated).")
+export const StatementTimedOutWire = envelope(
+  ServiceUnavailable,
+  "service_unavailable",
+  503,
+  "A database statement ran longer than DB_STATEMENT_TIMEOUT (10 seconds by default) and was cancelled; nothing was charged. Retry in a moment.",
+  "Error_service_unavailable_statement_timed_out"
+)
 export const SearchTimedOutWire = envelope(
   ServiceUnavailable,
   "service_unavailable",

@@ -5,11 +5,12 @@
  * src/System/Server.ts.
  */
 import { HttpApiBuilder, HttpApiError, HttpApp, HttpServerError, Multipart } from "@effect/platform"
+import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Effect, Layer, Option } from "effect"
 import { AdminHandlers } from "./Admin/Http.js"
 import { HooklineApi } from "./Api.js"
 import { AuthenticationLive } from "./Auth/Http.js"
-import { InternalError, NotFound, RequestId, UnsupportedMediaType, ValidationFailed } from "./Errors.js"
+import { InternalError, NotFound, RequestId, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "./Errors.js"
 import { HooksHandlers } from "./Hooks/Http.js"
 import { WalletHandlers } from "./Ledger/Http.js"
 import { PredictHandlers, UploadHandlers } from "./Predictions/Http.js"
@@ -34,11 +35,23 @@ export const describeDecodeError = (error: HttpApiError.HttpApiDecodeError): str
 /** The request id on the server span of a traced request (a no-op when the request is not traced). */
 const requestIdOnSpan = Effect.flatMap(RequestId, (requestId) => annotateRequestSpan(SpanAttributes.requestId, requestId))
 
-type ApiLevelError = ValidationFailed | NotFound | UnsupportedMediaType | InternalError
+type ApiLevelError = ValidationFailed | NotFound | UnsupportedMediaType | InternalError | ServiceUnavailable
 
 /** A multipart Content-Type on a JSON route: the framework tried to parse the body as a form. */
 const multipartRefused = new UnsupportedMediaType({
   message: "This route takes a JSON body: send Content-Type: application/json (multipart forms are not accepted)."
+})
+
+/**
+ * PostgreSQL cancelled the statement (SQLSTATE 57014, query_canceled): DB_STATEMENT_TIMEOUT, or an
+ * operator's pg_cancel_backend. Its transaction rolled back; a metered request refunds its hold.
+ */
+const isStatementCancelled = (value: unknown): boolean =>
+  value instanceof SqlError && typeof value.cause === "object" && value.cause !== null &&
+  "code" in value.cause && value.cause.code === "57014"
+
+const statementTimedOut = new ServiceUnavailable({
+  message: "The database took too long to answer and the request was cancelled; nothing was charged. Retry in a moment."
 })
 
 /**
@@ -70,6 +83,11 @@ export const ErrorEnvelopeLive = HttpApiBuilder.middleware(
         }
         if (isNulCharacterRefusal(value)) return Effect.fail(nulCharacterRefused)
         if (value instanceof Multipart.MultipartError) return Effect.fail(multipartRefused)
+        if (isStatementCancelled(value)) {
+          return Effect.logWarning("a statement was cancelled by the database (DB_STATEMENT_TIMEOUT)").pipe(
+            Effect.zipRight(Effect.fail(statementTimedOut))
+          )
+        }
         return Effect.logError("request failed with a defect", cause).pipe(
           Effect.zipRight(Effect.fail(new InternalError({ message: "Internal server error." })))
         )

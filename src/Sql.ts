@@ -32,10 +32,17 @@ const types: Pg.CustomTypesConfig = {
 export class DbPool extends Context.Tag("hookline/DbPool")<DbPool, Pg.Pool>() {}
 
 /** A pool on DATABASE_URL, checked with one query at start (as PgClient.layer does). */
-const networkPool = (url: Redacted.Redacted, max: number) =>
+const networkPool = (url: Redacted.Redacted, max: number, statementTimeout: Duration.Duration) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const pool = new Pg.Pool({ connectionString: Redacted.value(url), max, types, application_name: "hookline" })
+      const pool = new Pg.Pool({
+        connectionString: Redacted.value(url),
+        max,
+        types,
+        application_name: "hookline",
+        // Sent as a startup parameter: every session starts with it, no extra round trip.
+        statement_timeout: Math.round(Duration.toMillis(statementTimeout))
+      })
       // An idle connection's error (server restart): the pool drops it and reconnects on demand.
       pool.on("error", () => {})
       return pool
@@ -69,7 +76,7 @@ const ClientLive = Layer.unwrapEffect(
           embeddedPool(config.dataDir, types).pipe(
             Effect.catchTag("DataDirLocked", (locked) => new SqlError({ cause: locked, message: locked.message }))
           ),
-        onSome: (url) => networkPool(url, config.pgMaxConnections)
+        onSome: (url) => networkPool(url, config.pgMaxConnections, config.dbStatementTimeout)
       })
     )
     const client = Layer.unwrapEffect(
@@ -81,9 +88,32 @@ const ClientLive = Layer.unwrapEffect(
 
 export const migrationsDirectory = fileURLToPath(new URL("../migrations", import.meta.url))
 
-const MigratorLive = PgMigrator.layer({ loader: PgMigrator.fromFileSystem(migrationsDirectory) }).pipe(
-  Layer.provide(BunContext.layer)
-)
+/**
+ * Lifts DB_STATEMENT_TIMEOUT for the rest of the current transaction: for work that is long by
+ * nature and not a tenant's to trigger (the admin import).
+ */
+export const withoutStatementTimeout = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SET LOCAL statement_timeout = 0`)
+
+const migrate = PgMigrator.run({ loader: PgMigrator.fromFileSystem(migrationsDirectory) })
+
+/**
+ * Migrations run on a connection of their own without DB_STATEMENT_TIMEOUT (an index build on a
+ * large catalog takes minutes, and a second process waits on the first one's migration lock),
+ * closed once they are done. The embedded database has one connection and no timeout.
+ */
+const MigratorLive = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const config = yield* ServerConfig
+    yield* Option.match(config.databaseUrl, {
+      onNone: () => migrate,
+      onSome: (url) =>
+        migrate.pipe(
+          Effect.provide(PgClient.layerFromPool({ acquire: networkPool(url, 1, Duration.zero), types })),
+          Effect.scoped
+        )
+    })
+  })
+).pipe(Layer.provide(BunContext.layer))
 
 /** SqlClient + PgClient + DbPool + DatabaseMode, on a migrated schema. */
 export const SqlLive = MigratorLive.pipe(Layer.provideMerge(ClientLive))

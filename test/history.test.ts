@@ -5,7 +5,9 @@
  * (a two-bucket charge, a prediction refund, a pending hold) is reached on purpose.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { SqlClient } from "@effect/sql"
 import { Effect, Either, Option } from "effect"
+import { historyPage } from "../src/Ledger/History.js"
 import { type Operation, Ledger } from "../src/Ledger/Ledger.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { servicesRuntime } from "./support/runtime.js"
@@ -394,6 +396,67 @@ const journalSum = async (accountId: string, from: string, to: string) => {
   )
   return Number(rows[0].total)
 }
+
+describe("free journal growth (issue 14, item 10)", () => {
+  interface PlanNode {
+    readonly "Relation Name"?: string
+    readonly "Actual Rows": number
+    readonly "Actual Loops": number
+    readonly "Rows Removed by Filter"?: number
+    readonly Plans?: ReadonlyArray<PlanNode>
+  }
+  /** Rows the plan read from each table (returned plus filtered out, times loops). */
+  const rowsRead = (node: PlanNode, into: Record<string, number> = {}) => {
+    const table = node["Relation Name"]
+    if (table !== undefined) {
+      into[table] = (into[table] ?? 0) + (node["Actual Rows"] + (node["Rows Removed by Filter"] ?? 0)) * node["Actual Loops"]
+    }
+    for (const child of node.Plans ?? []) rowsRead(child, into)
+    return into
+  }
+
+  test("1,000 empty searches are listed nowhere and a history page does not walk their rows", async () => {
+    const { accountId, key } = await server.account({ plan: "pro", topup_balance: 0 })
+    const charged = await meteredRequest(accountId, "search", 2, 1)
+    const empty = Array.from({ length: 1_000 }, (_, i) => `/v1/hooks/search?q=zzyzxemptysearch${i}`)
+    for (let from = 0; from < empty.length; from += 20) {
+      const answers = await Promise.all(empty.slice(from, from + 20).map((path) => server.request<HookPage>(path, { key })))
+      for (const answer of answers) {
+        expect(answer.status).toBe(200)
+        expect(answer.body.data).toEqual([])
+        expect(answer.headers.get("x-credits-charged")).toBe("0")
+      }
+    }
+    const { rows: [counts] } = await server.db.query<{ journal: number; holds: number }>(
+      `SELECT (SELECT count(*) FROM credit_journal WHERE account_id = $1)::int AS journal,
+              (SELECT count(*) FROM holds WHERE account_id = $1)::int AS holds`,
+      [accountId]
+    )
+    // Each empty search is still a hold, reserved and released (two-phase metering), in the journal.
+    expect(counts.holds).toBe(1_001)
+    expect(counts.journal).toBeGreaterThanOrEqual(2_000)
+
+    const page = await history(key)
+    expect(page.status).toBe(200)
+    expect(page.body.data.map((item) => [item.type, item.amount, item.request_id])).toEqual([
+      ["charge", -1, charged.requestId],
+      ["grant", 1_000, null]
+    ])
+    expect(page.body.has_more).toBe(false)
+
+    // What a page costs the database: rows read from the journal and the holds.
+    const plan = await runtime.runPromise(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const [text, params] = historyPage(sql, accountId, {}, Option.none(), 50).compile()
+      return yield* sql.unsafe<{ "QUERY PLAN": ReadonlyArray<{ Plan: PlanNode }> }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${text}`, params)
+    }))
+    const read = rowsRead(plan[0]["QUERY PLAN"][0].Plan)
+    console.log(`history page after 1,000 empty searches: ${counts.journal} journal rows, ${counts.holds} holds; rows read: ${JSON.stringify(read)}`)
+    expect(read.credit_journal ?? 0).toBeLessThan(20)
+    expect(read.holds ?? 0).toBeLessThan(20)
+    expect(await ledgerState(server.db, accountId)).toMatchObject({ monthly: 999, journalMonthly: 999, pendingHolds: 0 })
+  }, 120_000)
+})
 
 describe("usage summary", () => {
   test("spent, refunded, granted and expired per operation and per UTC day add up to the journal", async () => {

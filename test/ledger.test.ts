@@ -147,9 +147,9 @@ describe("monthly rollover", () => {
       [account]
     )
     const wallet = await run(Effect.flatMap(Ledger, (ledger) => ledger.wallet(account)))
-    expect(wallet.monthly_balance).toBe(1_000)
-    expect(wallet.topup_balance).toBe(40)
-    const periodEnd = new Date(wallet.monthly_period_end!)
+    expect(wallet.monthly).toBe(1_000)
+    expect(wallet.topup).toBe(40)
+    const periodEnd = wallet.periodEnd!
     expect(periodEnd.getTime()).toBeGreaterThan(Date.now())
     expect(periodEnd.getTime()).toBeLessThan(Date.now() + 32 * 24 * 3600 * 1000)
     expect((await journal(account)).slice(-2)).toEqual([
@@ -170,6 +170,67 @@ describe("monthly rollover", () => {
     const hold = await holdOf(account, 20)
     expect(hold.balancesAfter).toEqual({ monthly: 980, topup: 0 })
     await expectBalanced(account)
+  })
+})
+
+describe("a hold across a monthly reset", () => {
+  /** Ends the account's monthly period now and runs the rollover the sweeper would run. */
+  const resetPeriod = async (account: string) => {
+    await db.query(
+      "UPDATE wallets SET period_anchor = now() - interval '1 month 1 hour', monthly_period_end = now() - interval '1 hour' WHERE account_id = $1",
+      [account]
+    )
+    expect(await run(Effect.flatMap(Ledger, (ledger) => ledger.rollover(account)))).toBe(1)
+  }
+
+  test("refunded after the reset, its monthly part expires instead of landing on the new grant; its top-up part comes back", async () => {
+    const account = await newAccount(100, 10, "pro")
+    const hold = await holdOf(account, 105, false) // 100 monthly + 5 top-up, a prediction-like hold without timeout
+    await resetPeriod(account)
+    expect(await expectBalanced(account)).toMatchObject({ monthly: 1_000, topup: 5, pendingHolds: 1 })
+    const refunded = await run(Effect.flatMap(Ledger, (ledger) => ledger.refund(hold.id)))
+    expect(Option.getOrThrow(refunded)).toEqual({ charged: 0, balancesAfter: { monthly: 1_000, topup: 10 } })
+    expect((await journal(account)).slice(-3)).toEqual([
+      { entry_type: "release", bucket: "topup", amount: 5, monthly_after: 1_000, topup_after: 10 },
+      { entry_type: "release", bucket: "monthly", amount: 100, monthly_after: 1_100, topup_after: 10 },
+      { entry_type: "expire", bucket: "monthly", amount: -100, monthly_after: 1_000, topup_after: 10 }
+    ])
+    const { rows } = await db.query(
+      "SELECT hold_id, operation, reason FROM credit_journal WHERE account_id = $1 AND entry_type = 'expire' ORDER BY seq DESC LIMIT 1",
+      [account]
+    )
+    expect(rows[0]).toEqual({ hold_id: hold.id, operation: "search", reason: "monthly period ended while held" })
+    expect(await expectBalanced(account)).toMatchObject({ monthly: 1_000, topup: 10, pendingHolds: 0 })
+  })
+
+  test("settled after the reset, it takes what it spent and the rest of its monthly part expires", async () => {
+    const account = await newAccount(50, 0, "pro")
+    const hold = await holdOf(account, 30, false)
+    await resetPeriod(account)
+    const settled = await run(Effect.flatMap(Ledger, (ledger) => ledger.settle(hold.id, 10)))
+    expect(Option.getOrThrow(settled)).toEqual({ charged: 10, balancesAfter: { monthly: 1_000, topup: 0 } })
+    expect((await journal(account)).slice(-2)).toEqual([
+      { entry_type: "release", bucket: "monthly", amount: 20, monthly_after: 1_020, topup_after: 0 },
+      { entry_type: "expire", bucket: "monthly", amount: -20, monthly_after: 1_000, topup_after: 0 }
+    ])
+    expect(await expectBalanced(account)).toMatchObject({ monthly: 1_000, pendingHolds: 0 })
+  })
+
+  test("a plan change starts a new period too: a hold voided after it returns nothing monthly", async () => {
+    const account = await newAccount(40, 0, "pro")
+    const hold = await holdOf(account, 40, false)
+    await run(Effect.flatMap(Ledger, (ledger) => ledger.startNewPeriod(account, 500)))
+    await db.query("UPDATE holds SET expires_at = now() - interval '1 second' WHERE id = $1", [hold.id])
+    expect(await run(Effect.flatMap(Ledger, (ledger) => ledger.voidExpiredHolds))).toBeGreaterThanOrEqual(1)
+    expect(await expectBalanced(account)).toMatchObject({ monthly: 500, topup: 0, pendingHolds: 0 })
+  })
+
+  test("a hold opened and refunded in the same period returns everything", async () => {
+    const account = await newAccount(50, 0, "pro")
+    const hold = await holdOf(account, 30)
+    await run(Effect.flatMap(Ledger, (ledger) => ledger.refund(hold.id)))
+    expect(await expectBalanced(account)).toMatchObject({ monthly: 50, pendingHolds: 0 })
+    expect((await journal(account)).some((row) => row.entry_type === "expire")).toBe(false)
   })
 })
 

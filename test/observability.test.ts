@@ -135,9 +135,8 @@ describe("tracing", () => {
     expect(charges.length).toBe(1)
     expect(inRequest.map((span) => span.name)).not.toContain("Ledger.reserve")
     expect(charges[0].attributes.get("amount")).toBe(1)
-    const statements = collected.spans.filter((span) =>
-      span.name === "sql.execute" && span.parent._tag === "Some" && span.parent.value.spanId === charges[0].spanId
-    )
+    // The statement runs under the Ledger's repository span (LedgerRepo.chargeAtOnce).
+    const statements = collected.spans.filter((span) => span.name === "sql.execute" && descendsFrom(span, charges[0]))
     expect(statements.length).toBe(1)
     expect(String(statements[0].attributes.get("db.query.text"))).toContain("credit_journal")
     expect(String(statements[0].attributes.get("db.query.text"))).not.toContain("INSERT INTO holds")
@@ -153,9 +152,7 @@ describe("tracing", () => {
     expect(reserve.attributes.get("amount")).toBe(2)
     expect(settle.attributes.get("charge")).toBe(Number(response.headers.get("x-credits-charged")))
     for (const operation of [reserve, settle]) {
-      const statements = collected.spans.filter((span) =>
-        span.name === "sql.execute" && span.parent._tag === "Some" && span.parent.value.spanId === operation.spanId
-      )
+      const statements = collected.spans.filter((span) => span.name === "sql.execute" && descendsFrom(span, operation))
       expect(statements.length).toBe(1)
       expect(String(statements[0].attributes.get("db.query.text"))).toContain("holds")
     }

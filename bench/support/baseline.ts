@@ -51,8 +51,8 @@ export interface ReserveOptions {
 }
 
 /**
- * src/Ledger/Ledger.ts `debit`, the statement and its parameters in the same order: `reserve`
- * with a hold id, `charge` (taken at once, no hold) with null.
+ * src/Ledger/RepoSql.ts `debitStatement`, the statement and its parameters in the same order:
+ * `reserve` with a hold id, `charge` (taken at once, no hold) with null.
  */
 export const reserveStatement = (
   accountId: string,
@@ -61,82 +61,97 @@ export const reserveStatement = (
   holdId: string | null,
   expiresInSeconds: number | null
 ) => {
+  const debit = { operation: options.operation, referenceId: options.referenceId ?? null, requestId: options.requestId ?? null }
+  const operation = debit.operation
   const expiresAt = expiresInSeconds === null ? sql`NULL::timestamptz` : sql`now() + make_interval(secs => ${expiresInSeconds})`
-  const hold = holdId === null
+  const holdCte = holdId === null
     ? sql`hold AS (SELECT NULL::text AS id)`
     : sql`hold AS (
-            INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at)
-            SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${options.operation},
-                   ${options.referenceId ?? null}, ${options.requestId ?? null}, ${expiresAt}
-              FROM upd
-            RETURNING id
-          )`
+        INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
+        SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${operation},
+               ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end
+          FROM upd
+        RETURNING id
+      )`
   return sql`
-          WITH old AS (
-            SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
-              FROM wallets WHERE account_id = ${accountId} FOR UPDATE
-          ),
-          upd AS (
-            UPDATE wallets w
-               SET monthly_balance = o.m - LEAST(o.m, ${amount}),
-                   topup_balance = o.t - (${amount} - LEAST(o.m, ${amount}))
-              FROM old o
-             WHERE w.account_id = ${accountId}
-               AND o.m + o.t >= ${amount}
-               AND (o.pe IS NULL OR o.pe > now())
-            RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
-                      w.monthly_balance, w.topup_balance, o.t AS topup_before
-          ),
-          ${hold},
-          journal AS (
-            INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
-            SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
-                   (SELECT id FROM hold), ${options.operation}, ${options.referenceId ?? null}, ${options.requestId ?? null}
-              FROM upd WHERE from_monthly > 0
-            UNION ALL
-            SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
-                   (SELECT id FROM hold), ${options.operation}, ${options.referenceId ?? null}, ${options.requestId ?? null}
-              FROM upd WHERE from_topup > 0
-            RETURNING 1
-          )
-          SELECT true AS found, (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due,
-                 u.from_monthly, u.from_topup, u.monthly_balance, u.topup_balance
-            FROM old o LEFT JOIN upd u ON true
-        `
+    WITH old AS (
+      SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
+        FROM wallets WHERE account_id = ${accountId} FOR UPDATE
+    ),
+    upd AS (
+      UPDATE wallets w
+         SET monthly_balance = o.m - LEAST(o.m, ${amount}),
+             topup_balance = o.t - (${amount} - LEAST(o.m, ${amount}))
+        FROM old o
+       WHERE w.account_id = ${accountId}
+         AND o.m + o.t >= ${amount}
+         AND (o.pe IS NULL OR o.pe > now())
+      RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
+                w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end
+    ),
+    ${holdCte},
+    journal AS (
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
+      SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+        FROM upd WHERE from_monthly > 0
+      UNION ALL
+      SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+        FROM upd WHERE from_topup > 0
+      RETURNING 1
+    )
+    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance
+      FROM old o LEFT JOIN upd u ON true`
 }
 
-/** src/Ledger/Ledger.ts `resolve` (settle when status is "settled"), same statement and order. */
+/** src/Ledger/RepoSql.ts `resolveStatement` (settle when status is "settled"), same statement and order. */
 export const resolveStatement = (holdId: string, charge: number, status: "settled" | "refunded" | "voided") =>
   sql`
-        WITH h AS (
-          UPDATE holds
-             SET status = ${status},
-                 settled_monthly = LEAST(monthly_amount, ${charge}),
-                 settled_topup = ${charge} - LEAST(monthly_amount, ${charge}),
-                 resolved_at = now()
-           WHERE id = ${holdId} AND status = 'pending' AND ${charge} <= monthly_amount + topup_amount
-          RETURNING account_id, operation, reference_id, request_id,
-                    monthly_amount - LEAST(monthly_amount, ${charge}) AS back_m,
-                    topup_amount - (${charge} - LEAST(monthly_amount, ${charge})) AS back_t
-        ),
-        w AS (
-          UPDATE wallets SET monthly_balance = monthly_balance + h.back_m, topup_balance = topup_balance + h.back_t
-            FROM h WHERE wallets.account_id = h.account_id
-          RETURNING wallets.monthly_balance, wallets.topup_balance
-        ),
-        journal AS (
-          INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
-          SELECT ${newId("txn")}, h.account_id, 'release', 'topup', h.back_t, w.monthly_balance - h.back_m, w.topup_balance,
-                 ${holdId}, h.operation, h.reference_id, h.request_id
-            FROM h, w WHERE h.back_t > 0
-          UNION ALL
-          SELECT ${newId("txn")}, h.account_id, 'release', 'monthly', h.back_m, w.monthly_balance, w.topup_balance,
-                 ${holdId}, h.operation, h.reference_id, h.request_id
-            FROM h, w WHERE h.back_m > 0
-          RETURNING 1
-        )
-        SELECT ${charge}::int AS charged, w.monthly_balance, w.topup_balance, (SELECT operation FROM h) AS operation FROM w
-      `
+    WITH cur AS (
+      SELECT account_id, monthly_period_end AS pe FROM wallets
+       WHERE account_id = (SELECT account_id FROM holds WHERE id = ${holdId})
+       FOR UPDATE
+    ),
+    h AS (
+      UPDATE holds
+         SET status = ${status},
+             settled_monthly = LEAST(monthly_amount, ${charge}),
+             settled_topup = ${charge} - LEAST(monthly_amount, ${charge}),
+             resolved_at = now(),
+             history_seq = CASE WHEN ${status} = 'settled' AND ${charge} > 0 AND operation <> 'prediction'
+                                THEN nextval(pg_get_serial_sequence('credit_journal', 'seq')) END
+        FROM cur
+       WHERE holds.id = ${holdId} AND holds.status = 'pending' AND ${charge} <= holds.monthly_amount + holds.topup_amount
+      RETURNING holds.account_id, holds.operation, holds.reference_id, holds.request_id,
+                holds.monthly_amount - LEAST(holds.monthly_amount, ${charge}) AS back_m,
+                holds.topup_amount - (${charge} - LEAST(holds.monthly_amount, ${charge})) AS back_t,
+                holds.period_end IS DISTINCT FROM cur.pe AS lapsed
+    ),
+    k AS (
+      SELECT h.*, CASE WHEN h.lapsed THEN 0 ELSE h.back_m END AS kept_m FROM h
+    ),
+    w AS (
+      UPDATE wallets SET monthly_balance = monthly_balance + k.kept_m, topup_balance = topup_balance + k.back_t
+        FROM k WHERE wallets.account_id = k.account_id
+      RETURNING wallets.monthly_balance, wallets.topup_balance
+    ),
+    journal AS (
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason)
+      SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+        FROM k, w WHERE k.back_t > 0
+      UNION ALL
+      SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+        FROM k, w WHERE k.back_m > 0
+      UNION ALL
+      SELECT ${newId("txn")}, k.account_id, 'expire', 'monthly', -k.back_m, w.monthly_balance, w.topup_balance,
+             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held'
+        FROM k, w WHERE k.back_m > 0 AND k.lapsed
+      RETURNING 1
+    )
+    SELECT ${charge}::int AS charged, w.monthly_balance, w.topup_balance, (SELECT operation FROM h) AS operation FROM w`
 
 /** HOLD_TIMEOUT's default. */
 const holdTimeoutSeconds = 10 * 60

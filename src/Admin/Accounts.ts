@@ -5,6 +5,7 @@ import type { Plan } from "../Auth/Domain.js"
 import { grantFor, hasApiAccess, planRules } from "../Auth/Plans.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
+import { walletOf } from "../Ledger/Api.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
 import type { Account, CreateAccount, UpdateAccount } from "./Api.js"
@@ -34,7 +35,7 @@ export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
     const get = (id: string) =>
       Effect.gen(function*() {
         const row = yield* findRow(id, false)
-        const wallet = yield* ledger.wallet(id)
+        const wallet = walletOf(yield* ledger.wallet(id))
         return {
           object: "account",
           id: row.id,

@@ -8,6 +8,7 @@ import { InvalidApiKey, NotFound, RequestId } from "../Errors.js"
 import { HookCatalog } from "../Hooks/HookCatalog.js"
 import { importHooksFromRequest } from "../Hooks/Import.js"
 import { idempotent } from "../Idempotency/Idempotent.js"
+import { walletOf } from "../Ledger/Api.js"
 import { CreditHistory } from "../Ledger/History.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
@@ -65,11 +66,12 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
         idempotent(
           Effect.gen(function*() {
             yield* accounts.get(path.id)
-            return yield* ledger.grant(path.id, payload.bucket, payload.amount, {
+            const wallet = yield* ledger.grant(path.id, payload.bucket, payload.amount, {
               reason: payload.reason ?? null,
               referenceId: payload.reference ?? null,
               requestId: yield* RequestId
             })
+            return walletOf(wallet)
           }),
           payload
         ))

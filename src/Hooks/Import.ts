@@ -12,7 +12,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Either, Option, Stream } from "effect"
 import type { ImportResult } from "../Admin/Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
-import { orDieOnDb } from "../Sql.js"
+import { orDieOnDb, withoutStatementTimeout } from "../Sql.js"
 import { createImportStagingSql, stageHooksSql, upsertStagedHooksSql } from "./CatalogSql.js"
 import { HookCatalog } from "./HookCatalog.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
@@ -118,6 +118,8 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
       })
 
     yield* Effect.gen(function*() {
+      // One import may take minutes at scale: it is an admin's, not bounded like a tenant's query.
+      yield* withoutStatementTimeout
       yield* sql.unsafe(createImportStagingSql)
       yield* Stream.runForEach(input, (chunk) =>
         Effect.gen(function*() {

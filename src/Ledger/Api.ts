@@ -4,13 +4,10 @@ import { Schema } from "effect"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
 import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
-import { Bucket } from "./Domain.js"
+import { toNullableTimestamp } from "../Schemas.js"
+import { Bucket, type WalletState } from "./Domain.js"
 
-/**
- * The most credits one balance may hold: the largest integer every JSON client reads exactly
- * (2^53 - 1), well inside the database's bigint. A grant that would pass it is refused (422).
- */
-export const maxBalance = Number.MAX_SAFE_INTEGER
+export { maxBalance } from "./Domain.js"
 
 export const Wallet = Schema.Struct({
   object: Schema.Literal("wallet"),
@@ -19,6 +16,14 @@ export const Wallet = Schema.Struct({
   topup_balance: Schema.Int
 }).annotations({ identifier: "Wallet" })
 export type Wallet = typeof Wallet.Type
+
+/** The wallet as the contract shows it. */
+export const walletOf = (state: WalletState): Wallet => ({
+  object: "wallet",
+  monthly_balance: state.monthly,
+  monthly_period_end: toNullableTimestamp(state.periodEnd),
+  topup_balance: state.topup
+})
 
 export const TransactionType = Schema.Literal("grant", "charge", "refund", "expiry")
 export type TransactionType = typeof TransactionType.Type

@@ -4,3 +4,51 @@ import { Schema } from "effect"
 /** A wallet's two balances: `monthly` (granted each period, expires at rollover) and `topup` (bought, kept). */
 export const Bucket = Schema.Literal("monthly", "topup")
 export type Bucket = typeof Bucket.Type
+
+/** What a hold is for; the credit history names it. */
+export const Operation = Schema.Literal("search", "list", "hook", "prediction")
+export type Operation = typeof Operation.Type
+
+/**
+ * The most credits one balance may hold: the largest integer every JSON client reads exactly
+ * (2^53 - 1), well inside the database's bigint. A grant that would pass it is refused (422).
+ */
+export const maxBalance = Number.MAX_SAFE_INTEGER
+
+export interface Balances {
+  readonly monthly: number
+  readonly topup: number
+}
+
+/** A wallet as the Ledger sees it: both balances and the end of the monthly period (null: no grant). */
+export interface WalletState extends Balances {
+  readonly periodEnd: Date | null
+}
+
+/** A pending reservation: `amount` credits taken from the wallet until settled or refunded. */
+export interface Hold {
+  readonly id: string
+  readonly accountId: string
+  readonly amount: number
+  readonly balancesAfter: Balances
+}
+
+export interface Resolution {
+  /** Credits this hold finally took (0 for a refund). */
+  readonly charged: number
+  readonly balancesAfter: Balances
+}
+
+export interface ReserveOptions {
+  readonly operation: Operation
+  readonly referenceId?: string | null
+  readonly requestId?: string | null
+  /** false: the hold has no timeout (a prediction's hold is resolved by its job's lifecycle). */
+  readonly expires?: boolean
+}
+
+export interface GrantDetails {
+  readonly reason?: string | null
+  readonly referenceId?: string | null
+  readonly requestId?: string | null
+}

@@ -18,6 +18,7 @@
  * land before its first page and never shift the pages after it.
  */
 import { SqlClient } from "@effect/sql"
+import type { Fragment } from "@effect/sql/Statement"
 import { Effect, Option, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
@@ -34,8 +35,9 @@ import { Bucket } from "./Domain.js"
 
 export const defaultPageSize = 50
 
-/** Where the previous page ended: the last row's journal seq and its bucket order. */
-const Position = Schema.Struct({ seq: Schema.Int, ord: Schema.Int })
+/** Where the previous page ended: the last row's position (a journal seq) and its bucket order. */
+export const Position = Schema.Struct({ seq: Schema.Int, ord: Schema.Int })
+export type Position = typeof Position.Type
 
 const HistoryRow = Schema.Struct({
   pos: Schema.Number,
@@ -67,6 +69,77 @@ const toTransaction = (row: HistoryRow): CreditTransaction => ({
   reason: row.reason
 })
 
+type Filters = Pick<TransactionParams, "type" | "created[gte]" | "created[lte]">
+
+/** The rows strictly after `after` in (seq, ord) descending order. */
+const beyond = (sql: SqlClient.SqlClient, after: Option.Option<Position>, seq: Fragment, ord: Fragment) =>
+  Option.match(after, {
+    onNone: () => sql``,
+    onSome: (position) => sql`AND ${seq} <= ${position.seq} AND (${seq} < ${position.seq} OR ${ord} < ${position.ord})`
+  })
+
+const filtered = (sql: SqlClient.SqlClient, filters: Filters, type: Fragment, createdAt: Fragment) =>
+  sql`${filters.type === undefined ? sql`` : sql`AND ${type} = ${filters.type}`}
+      ${filters["created[gte]"] === undefined ? sql`` : sql`AND ${createdAt} >= ${filters["created[gte]"]}`}
+      ${filters["created[lte]"] === undefined ? sql`` : sql`AND ${createdAt} <= ${filters["created[lte]"]}`}`
+
+/**
+ * One page of history rows, newest first. Two index walks, each stopping after a page:
+ * the journal rows listed as they stand (grants, expiries, charges taken at once, a
+ * prediction's reserve and refund: the partial index `credit_journal_history`), and the settled
+ * request holds (`holds_history`), one row per bucket they took from. Holds that took nothing
+ * (an empty page, a refund) are in neither index, so they cost a page nothing to skip.
+ */
+export const historyPage = (
+  sql: SqlClient.SqlClient,
+  accountId: string,
+  filters: Filters,
+  after: Option.Option<Position>,
+  limit: number
+) => sql`
+  SELECT * FROM (
+    (SELECT j.seq AS pos, 0 AS ord, j.id, t.type, j.bucket, j.amount, j.monthly_after, j.topup_after,
+            j.created_at, j.request_id, j.operation AS kind, j.reference_id, j.reason
+       FROM credit_journal j
+       CROSS JOIN LATERAL (
+         SELECT CASE j.entry_type WHEN 'grant' THEN 'grant' WHEN 'expire' THEN 'expiry'
+                                  WHEN 'reserve' THEN 'charge' ELSE 'refund' END AS type
+       ) t
+      WHERE j.account_id = ${accountId}
+        AND (j.hold_id IS NULL OR j.operation = 'prediction' OR j.entry_type = 'expire')
+        ${beyond(sql, after, sql`j.seq`, sql`0`)}
+        ${filtered(sql, filters, sql`t.type`, sql`j.created_at`)}
+      ORDER BY j.seq DESC
+      LIMIT ${limit + 1})
+    UNION ALL
+    (SELECT h.history_seq AS pos, b.ord, r.id, 'charge' AS type, b.bucket, -b.amount, last.monthly_after, last.topup_after,
+            h.resolved_at AS created_at, h.request_id, h.operation AS kind, h.reference_id, NULL::text AS reason
+       FROM (
+         -- A hold gives one or two rows; one (the cursor's) may be partly before the page.
+         SELECT * FROM holds
+          WHERE account_id = ${accountId} AND history_seq IS NOT NULL
+            ${Option.match(after, { onNone: () => sql``, onSome: (position) => sql`AND history_seq <= ${position.seq}` })}
+            ${filtered(sql, filters, sql`'charge'`, sql`resolved_at`)}
+          ORDER BY history_seq DESC
+          LIMIT ${limit + 2}
+       ) h
+       CROSS JOIN LATERAL (VALUES (1, 'monthly', h.settled_monthly), (2, 'topup', h.settled_topup)) AS b (ord, bucket, amount)
+       CROSS JOIN LATERAL (
+         SELECT x.id FROM credit_journal x
+          WHERE x.hold_id = h.id AND x.entry_type = 'reserve' AND x.bucket = b.bucket LIMIT 1
+       ) r
+       CROSS JOIN LATERAL (
+         SELECT x.monthly_after, x.topup_after FROM credit_journal x WHERE x.hold_id = h.id ORDER BY x.seq DESC LIMIT 1
+       ) last
+      WHERE b.amount > 0
+        ${beyond(sql, after, sql`h.history_seq`, sql`b.ord`)}
+      ORDER BY h.history_seq DESC, b.ord DESC
+      LIMIT ${limit + 1})
+  ) page
+  ORDER BY pos DESC, ord DESC
+  LIMIT ${limit + 1}
+`
+
 export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/CreditHistory", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -88,38 +161,9 @@ export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/Cre
         ].join("|")
         const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
 
-        const rows = yield* sql`
-          SELECT j.seq AS pos, e.ord, e.id, e.type, e.bucket, e.amount, j.monthly_after, j.topup_after,
-                 e.created_at, e.request_id, e.kind, e.reference_id, e.reason
-            FROM credit_journal j
-            LEFT JOIN holds h ON h.id = j.hold_id AND j.operation <> 'prediction'
-            CROSS JOIN LATERAL (
-              SELECT 0 AS ord, j.id,
-                     CASE j.entry_type WHEN 'grant' THEN 'grant' WHEN 'expire' THEN 'expiry'
-                                       WHEN 'reserve' THEN 'charge' ELSE 'refund' END AS type,
-                     j.bucket, j.amount, j.created_at, j.request_id, j.operation AS kind, j.reference_id, j.reason
-               WHERE h.id IS NULL
-              UNION ALL
-              SELECT b.ord, r.id, 'charge', b.bucket, -b.amount, h.resolved_at, h.request_id, h.operation, h.reference_id, NULL::text
-                FROM (VALUES (1, 'monthly', h.settled_monthly), (2, 'topup', h.settled_topup)) AS b (ord, bucket, amount)
-                JOIN credit_journal r ON r.hold_id = h.id AND r.entry_type = 'reserve' AND r.bucket = b.bucket
-               WHERE h.status = 'settled' AND b.amount > 0
-                 AND j.seq = (SELECT max(x.seq) FROM credit_journal x WHERE x.hold_id = h.id)
-            ) e
-           WHERE j.account_id = ${accountId}
-             ${
-          Option.match(after, {
-            onNone: () => sql``,
-            onSome: (position) =>
-              sql`AND j.seq <= ${position.seq} AND (j.seq < ${position.seq} OR e.ord < ${position.ord})`
-          })
-        }
-             ${params.type === undefined ? sql`` : sql`AND e.type = ${params.type}`}
-             ${params["created[gte]"] === undefined ? sql`` : sql`AND e.created_at >= ${params["created[gte]"]}`}
-             ${params["created[lte]"] === undefined ? sql`` : sql`AND e.created_at <= ${params["created[lte]"]}`}
-           ORDER BY j.seq DESC, e.ord DESC
-           LIMIT ${limit + 1}
-        `.pipe(Effect.flatMap(Schema.decodeUnknown(Schema.Array(HistoryRow))))
+        const rows = yield* historyPage(sql, accountId, params, after, limit).pipe(
+          Effect.flatMap(Schema.decodeUnknown(Schema.Array(HistoryRow)))
+        )
 
         return keysetPage(
           rows,

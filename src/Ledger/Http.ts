@@ -2,6 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
+import { walletOf } from "./Api.js"
 import { CreditHistory } from "./History.js"
 import { Ledger } from "./Ledger.js"
 import { Usage } from "./Usage.js"
@@ -14,7 +15,7 @@ export const WalletHandlers = HttpApiBuilder.group(HooklineApi, "wallet", (handl
     const usage = yield* Usage
     const alerts = yield* WalletAlerts
     return handlers
-      .handle("get", () => Effect.flatMap(CurrentCaller, (caller) => ledger.wallet(caller.accountId)))
+      .handle("get", () => Effect.flatMap(CurrentCaller, (caller) => Effect.map(ledger.wallet(caller.accountId), walletOf)))
       .handle("transactions", ({ urlParams }) =>
         Effect.flatMap(CurrentCaller, (caller) =>
           // Reading the wallet first applies a rollover that is due, so its expiry and grant are listed.

@@ -8,7 +8,8 @@ import { Effect, Exit, Option } from "effect"
 import { CurrentCaller } from "../Auth/Api.js"
 import { RequestId } from "../Errors.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
-import { type Balances, type Hold, Ledger, type Operation } from "./Ledger.js"
+import type { Balances, Hold, Operation } from "./Domain.js"
+import { Ledger } from "./Ledger.js"
 
 export const creditHeaders = (charged: number, balances: Balances | null) =>
   HttpApp.appendPreResponseHandler((_request, response) =>

@@ -115,6 +115,10 @@ export const traced = (name: string, options?: Tracer.SpanOptions) =>
 <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.withFiberRuntime((fiber) => (fiber.getFiberRef(FiberRef.currentTracerEnabled) ? Effect.withSpan(effect, name, options) : effect))
 
+/** A function whose every call runs in a span named `name` when the fiber traces (see `traced`). */
+export const tracedFn = <Args extends ReadonlyArray<unknown>, A, E, R>(name: string, f: (...args: Args) => Effect.Effect<A, E, R>) =>
+(...args: Args): Effect.Effect<A, E, R> => traced(name)(f(...args))
+
 export const annotateRequestSpan = (key: string, value: unknown): Effect.Effect<void> =>
   Effect.withFiberRuntime((fiber) => {
     // Untraced (unsampled) requests carry no span: nothing to look up.

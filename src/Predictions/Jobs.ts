@@ -185,7 +185,7 @@ const requests = (
         return { prediction, charged: PREDICTION_CREDITS, balances: outcome.hold.balancesAfter } satisfies RetryOutcome
       }
       const wallet = yield* ledger.wallet(caller.accountId)
-      const balances = { monthly: wallet.monthly_balance, topup: wallet.topup_balance }
+      const balances = { monthly: wallet.monthly, topup: wallet.topup }
       return { prediction, charged: 0, balances } satisfies RetryOutcome
     }).pipe(orDieOnDb, Effect.withSpan("Predictions.retryStart"))
 

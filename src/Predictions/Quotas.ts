@@ -85,7 +85,7 @@ export class UploadQuotas extends Effect.Service<UploadQuotas>()("hookline/Uploa
     const admitPut = (accountId: string, declaredBytes: number, clipCredits: number) =>
       Effect.gen(function*() {
         const wallet = yield* ledger.wallet(accountId)
-        if (wallet.monthly_balance + wallet.topup_balance >= clipCredits) return
+        if (wallet.monthly + wallet.topup >= clipCredits) return
         const unpaid = yield* unpaidClips(accountId)
         if (overBound(unpaid, 1, declaredBytes)) return yield* unpaidLimit(unpaid, declaredBytes)
       })

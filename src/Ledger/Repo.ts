@@ -1,0 +1,263 @@
+/**
+ * Every statement on the money tables (wallets, holds, credit_journal), named for the transition
+ * it performs. Each is one SQL statement (data-modifying CTEs) that locks the wallet row first, so
+ * its correctness never depends on timing, and writes a journal row for every balance change:
+ * for each account and bucket `balance == sum(journal.amount)` holds at all times.
+ *
+ * Rows are decoded with schemas (SqlSchema); database and decoding failures are defects here, at
+ * the boundary, and every statement has its span. The Ledger service decides; this file only
+ * moves money as told.
+ */
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import { newId } from "../Ids.js"
+import { traced } from "../Observability/Tracing.js"
+import { StatementRunner } from "../Sql.js"
+import { Bucket, maxBalance, Operation } from "./Domain.js"
+import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
+
+const AccountId = Schema.String
+
+const WalletRow = Schema.Struct({
+  monthly_balance: Schema.Number,
+  topup_balance: Schema.Number,
+  monthly_period_end: Schema.NullOr(Schema.DateFromSelf)
+})
+
+const Debit = Schema.Struct({
+  accountId: AccountId,
+  amount: Schema.Int,
+  operation: Operation,
+  referenceId: Schema.NullOr(Schema.String),
+  requestId: Schema.NullOr(Schema.String)
+})
+
+const HoldDebit = Schema.Struct({
+  ...Debit.fields,
+  holdId: Schema.String,
+  /** null: the hold never expires. */
+  expiresInSeconds: Schema.NullOr(Schema.Number)
+})
+
+/** A debit's outcome: balances null when the wallet was short (nothing changed). */
+const DebitRow = Schema.Struct({
+  rollover_due: Schema.Boolean,
+  monthly_balance: Schema.NullOr(Schema.Number),
+  topup_balance: Schema.NullOr(Schema.Number)
+})
+
+export type DebitRow = typeof DebitRow.Type
+
+const Resolve = Schema.Struct({ holdId: Schema.String, charge: Schema.Int })
+
+const ResolveRow = Schema.Struct({
+  charged: Schema.Number,
+  monthly_balance: Schema.Number,
+  topup_balance: Schema.Number,
+  operation: Schema.String
+})
+
+export type ResolveRow = typeof ResolveRow.Type
+
+const Grant = Schema.Struct({
+  accountId: AccountId,
+  bucket: Bucket,
+  amount: Schema.Int,
+  reason: Schema.NullOr(Schema.String),
+  referenceId: Schema.NullOr(Schema.String),
+  requestId: Schema.NullOr(Schema.String)
+})
+
+const GrantRow = Schema.Struct({ found: Schema.Number, granted: Schema.Number, overflow: Schema.Number })
+
+const EarlierGrant = Schema.Struct({ bucket: Bucket, amount: Schema.Number })
+
+const NewPeriod = Schema.Struct({ accountId: AccountId, monthlyGrant: Schema.Int })
+
+/**
+ * Database and decoding failures are defects at the repository's edge; each statement is a span
+ * in a traced request (an untraced one pays for no span).
+ */
+const boundary = <I, A, E, R>(name: string, statement: (input: I) => Effect.Effect<A, E, R>) => (input: I) =>
+  statement(input).pipe(Effect.orDie, traced(`LedgerRepo.${name}`))
+
+/** StatementRunner: the hot statements skip @effect/sql's per-statement scope outside transactions. */
+type Run = Effect.Effect.Success<typeof StatementRunner>
+
+/** Reading a wallet, opening one, and its monthly periods. */
+const walletStatements = (sql: SqlClient.SqlClient, run: Run) => {
+  const findWallet = SqlSchema.findOne({
+    Request: AccountId,
+    Result: WalletRow,
+    execute: (accountId) =>
+      run(sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`)
+  })
+
+  const rollOver = SqlSchema.single({
+    Request: Schema.NullOr(AccountId),
+    Result: Schema.Struct({ rolled: Schema.Number }),
+    execute: (accountId) => rolloverStatement(sql, accountId)
+  })
+
+  /** An empty wallet; its monthly period starts now when the account has a monthly grant. */
+  const openWallet = SqlSchema.void({
+    Request: NewPeriod,
+    execute: ({ accountId, monthlyGrant }) =>
+      sql`INSERT INTO wallets (account_id, monthly_balance, topup_balance, period_anchor, monthly_period_end)
+          VALUES (${accountId}, 0, 0, now(), ${monthlyGrant > 0 ? sql`now() + interval '1 month'` : null})`
+  })
+
+  /** A new monthly period from now: unused monthly credits expire and `monthlyGrant` is credited. */
+  const startNewPeriod = SqlSchema.void({
+    Request: NewPeriod,
+    execute: ({ accountId, monthlyGrant }) =>
+      sql`
+      WITH old AS (
+        SELECT monthly_balance AS m, topup_balance AS t FROM wallets WHERE account_id = ${accountId} FOR UPDATE
+      ),
+      upd AS (
+        UPDATE wallets w
+           SET monthly_balance = ${monthlyGrant},
+               period_anchor = now(),
+               monthly_period_end = ${monthlyGrant > 0 ? sql`now() + interval '1 month'` : null}
+          FROM old WHERE w.account_id = ${accountId}
+        RETURNING old.m, old.t
+      ),
+      journal AS (
+        INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reason)
+        SELECT ${newId("txn")}, ${accountId}, 'expire', 'monthly', -m, 0, t, 'rollover', 'plan changed' FROM upd WHERE m > 0
+        UNION ALL
+        SELECT ${newId("txn")}, ${accountId}, 'grant', 'monthly', ${monthlyGrant}, ${monthlyGrant}, t, 'rollover', 'plan changed'
+          FROM upd WHERE ${monthlyGrant} > 0
+        RETURNING 1
+      )
+      SELECT count(*)::int AS n FROM upd`
+  })
+
+  return {
+    findWallet: boundary("findWallet", findWallet),
+    rollOver: boundary("rollOver", (accountId: string | null) => Effect.map(rollOver(accountId), (row) => row.rolled)),
+    openWallet: boundary("openWallet", openWallet),
+    startNewPeriod: boundary("startNewPeriod", startNewPeriod)
+  }
+}
+
+/** A hold's life: reserved (or a charge taken at once), then settled, refunded or voided. */
+const holdStatements = (sql: SqlClient.SqlClient, run: Run) => {
+  const reserveHold = SqlSchema.findOne({
+    Request: HoldDebit,
+    Result: DebitRow,
+    execute: (debit) =>
+      run(debitStatement(sql, debit, {
+        holdId: debit.holdId,
+        // The database clock decides expiry, so processes with skewed clocks agree.
+        expiresAt: debit.expiresInSeconds === null
+          ? sql`NULL::timestamptz`
+          : sql`now() + make_interval(secs => ${debit.expiresInSeconds})`
+      }))
+  })
+
+  const chargeAtOnce = SqlSchema.findOne({
+    Request: Debit,
+    Result: DebitRow,
+    execute: (debit) => run(debitStatement(sql, debit, null))
+  })
+
+  const resolveAs = (status: "settled" | "refunded" | "voided") =>
+    SqlSchema.findOne({
+      Request: Resolve,
+      Result: ResolveRow,
+      execute: ({ charge, holdId }) => run(resolveStatement(sql, holdId, charge, status))
+    })
+
+  const expiredHoldIds = SqlSchema.findAll({
+    Request: Schema.Int,
+    Result: Schema.Struct({ id: Schema.String }),
+    execute: (limit) =>
+      sql`SELECT id FROM holds WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= now()
+           ORDER BY expires_at LIMIT ${limit}`
+  })
+
+  /** The first refusal since a grant sends wallet.depleted (migration 0007's function decides). */
+  const noteDepleted = SqlSchema.void({
+    Request: AccountId,
+    execute: (accountId) => sql`SELECT hookline_wallet_depleted(${accountId})`
+  })
+
+  return {
+    reserveHold: boundary("reserveHold", reserveHold),
+    chargeAtOnce: boundary("chargeAtOnce", chargeAtOnce),
+    settleHold: boundary("settleHold", resolveAs("settled")),
+    refundHold: boundary("refundHold", (holdId: string) => resolveAs("refunded")({ holdId, charge: 0 })),
+    voidHold: boundary("voidHold", (holdId: string) => resolveAs("voided")({ holdId, charge: 0 })),
+    expiredHoldIds: boundary("expiredHoldIds", (limit: number) =>
+      Effect.map(expiredHoldIds(limit), (rows) => rows.map((row) => row.id))),
+    noteDepleted: boundary("noteDepleted", noteDepleted)
+  }
+}
+
+/** Grants, at most once per billing reference. */
+const grantStatements = (sql: SqlClient.SqlClient) => {
+  /**
+   * Adds credits to one bucket, journaled. A `referenceId` credits at most once per account: the
+   * journal's unique index decides atomically. A balance passing maxBalance credits nothing.
+   */
+  const grant = SqlSchema.single({
+    Request: Grant,
+    Result: GrantRow,
+    execute: (g) => {
+      const toMonthly = g.bucket === "monthly" ? g.amount : 0
+      const toTopup = g.bucket === "topup" ? g.amount : 0
+      return sql`
+        WITH old AS (
+          SELECT monthly_balance AS m, topup_balance AS t FROM wallets WHERE account_id = ${g.accountId} FOR UPDATE
+        ),
+        journal AS (
+          INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reference_id, request_id, reason)
+          SELECT ${newId("txn")}, ${g.accountId}, 'grant', ${g.bucket}, ${g.amount}, m + ${toMonthly}, t + ${toTopup},
+                 'admin', ${g.referenceId}, ${g.requestId}, ${g.reason}
+            FROM old WHERE m + ${toMonthly} <= ${maxBalance} AND t + ${toTopup} <= ${maxBalance}
+          ON CONFLICT (account_id, reference_id)
+            WHERE entry_type = 'grant' AND operation = 'admin' AND reference_id IS NOT NULL
+            DO NOTHING
+          RETURNING 1
+        ),
+        w AS (
+          UPDATE wallets
+             SET monthly_balance = monthly_balance + ${toMonthly}, topup_balance = topup_balance + ${toTopup}
+           WHERE account_id = ${g.accountId} AND EXISTS (SELECT 1 FROM journal)
+          RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM old)::int AS found, (SELECT count(*) FROM w)::int AS granted,
+               (SELECT count(*) FROM old WHERE m + ${toMonthly} > ${maxBalance} OR t + ${toTopup} > ${maxBalance})::int AS overflow`
+    }
+  })
+
+  const findGrantByReference = SqlSchema.findOne({
+    Request: Schema.Struct({ accountId: AccountId, referenceId: Schema.String }),
+    Result: EarlierGrant,
+    execute: ({ accountId, referenceId }) =>
+      sql`SELECT bucket, amount FROM credit_journal
+           WHERE account_id = ${accountId} AND reference_id = ${referenceId}
+             AND entry_type = 'grant' AND operation = 'admin'`
+  })
+
+  return {
+    grant: boundary("grant", grant),
+    findGrantByReference: boundary("findGrantByReference", findGrantByReference)
+  }
+}
+
+export class LedgerRepo extends Effect.Service<LedgerRepo>()("hookline/LedgerRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const run = yield* StatementRunner
+    return {
+      ...walletStatements(sql, run),
+      ...holdStatements(sql, run),
+      ...grantStatements(sql),
+      /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
+      withTransaction: sql.withTransaction
+    }
+  })
+}) {}

@@ -1,0 +1,168 @@
+/**
+ * The three longest money statements, built for LedgerRepo (which decodes their rows): the
+ * monthly rollover, the debit (a hold's reserve or a charge taken at once) and a hold's resolution.
+ */
+import type { SqlClient } from "@effect/sql"
+import type { Fragment } from "@effect/sql/Statement"
+import { newId } from "../Ids.js"
+
+/**
+ * Starts a new monthly period for every wallet whose period has ended (or only `accountId`'s):
+ * unused monthly credits expire, the balance is reset to the account's grant, and the period end
+ * moves to the first anchor + n months after now. Idempotent and safe to race: the wallet row
+ * lock serialises concurrent rollovers, and the second finds nothing due. Answers `rolled`.
+ */
+export const rolloverStatement = (sql: SqlClient.SqlClient, accountId: string | null) =>
+  sql`
+    WITH due AS (
+      SELECT w.account_id, w.monthly_balance AS m, w.topup_balance AS t, a.monthly_grant AS g,
+             (SELECT w.period_anchor + make_interval(months => k)
+                FROM generate_series(1, 12000) k
+               WHERE w.period_anchor + make_interval(months => k) > now()
+               ORDER BY k LIMIT 1) AS next_end
+        FROM wallets w JOIN accounts a ON a.id = w.account_id
+       WHERE w.monthly_period_end IS NOT NULL AND w.monthly_period_end <= now()
+         ${accountId === null ? sql`` : sql`AND w.account_id = ${accountId}`}
+       ORDER BY w.account_id
+       FOR UPDATE OF w
+    ),
+    upd AS (
+      UPDATE wallets w SET monthly_balance = d.g, monthly_period_end = d.next_end
+        FROM due d WHERE w.account_id = d.account_id
+      RETURNING w.account_id
+    ),
+    journal AS (
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reason)
+      SELECT 'txn_' || replace(gen_random_uuid()::text, '-', ''), account_id, 'expire', 'monthly', -m, 0, t, 'rollover', 'monthly period ended'
+        FROM due WHERE m > 0
+      UNION ALL
+      SELECT 'txn_' || replace(gen_random_uuid()::text, '-', ''), account_id, 'grant', 'monthly', g, g, t, 'rollover', 'monthly grant'
+        FROM due WHERE g > 0
+      RETURNING 1
+    )
+    SELECT count(*)::int AS rolled FROM upd`
+
+export interface DebitInput {
+  readonly accountId: string
+  readonly amount: number
+  readonly operation: string
+  readonly referenceId: string | null
+  readonly requestId: string | null
+}
+
+/**
+ * Takes `amount` from the wallet: monthly first, then top-up. The wallet row is locked and
+ * re-read, updated only when the total covers the amount and the period has not ended, and its
+ * journal rows (and, with `hold`, the pending hold, which remembers the period it was opened in)
+ * are written alongside. No row: no wallet. `rollover_due`: nothing changed, roll over first.
+ * Balances null: the wallet is short, nothing changed. Without a hold the journal rows are
+ * `reserve` rows with no hold, final as they stand (a charge taken at once).
+ */
+export const debitStatement = (
+  sql: SqlClient.SqlClient,
+  debit: DebitInput,
+  hold: { readonly holdId: string; readonly expiresAt: Fragment } | null
+) => {
+  const { accountId, amount, operation } = debit
+  const holdCte = hold === null
+    ? sql`hold AS (SELECT NULL::text AS id)`
+    : sql`hold AS (
+        INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
+        SELECT ${hold.holdId}, ${accountId}, from_monthly, from_topup, ${operation},
+               ${debit.referenceId}, ${debit.requestId}, ${hold.expiresAt}, period_end
+          FROM upd
+        RETURNING id
+      )`
+  return sql`
+    WITH old AS (
+      SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
+        FROM wallets WHERE account_id = ${accountId} FOR UPDATE
+    ),
+    upd AS (
+      UPDATE wallets w
+         SET monthly_balance = o.m - LEAST(o.m, ${amount}),
+             topup_balance = o.t - (${amount} - LEAST(o.m, ${amount}))
+        FROM old o
+       WHERE w.account_id = ${accountId}
+         AND o.m + o.t >= ${amount}
+         AND (o.pe IS NULL OR o.pe > now())
+      RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
+                w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end
+    ),
+    ${holdCte},
+    journal AS (
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
+      SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+        FROM upd WHERE from_monthly > 0
+      UNION ALL
+      SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+        FROM upd WHERE from_topup > 0
+      RETURNING 1
+    )
+    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance
+      FROM old o LEFT JOIN upd u ON true`
+}
+
+/**
+ * Resolves a pending hold: posts `charge` (≤ reserved; monthly first, as it was spent) and
+ * releases the rest to the buckets it came from, top-up first. No row when the hold was not
+ * pending (already resolved) or `charge` exceeds it: nothing changes.
+ *
+ * The wallet row is locked first, so a rollover is either wholly before or wholly after: a hold
+ * opened in an earlier monthly period (the wallet's period end moved since) releases its monthly
+ * rest and expires it at once, journaled, instead of adding it to the new grant. A settled
+ * request charge draws its place in the credit history (`history_seq`) here.
+ */
+export const resolveStatement = (
+  sql: SqlClient.SqlClient,
+  holdId: string,
+  charge: number,
+  status: "settled" | "refunded" | "voided"
+) =>
+  sql`
+    WITH cur AS (
+      SELECT account_id, monthly_period_end AS pe FROM wallets
+       WHERE account_id = (SELECT account_id FROM holds WHERE id = ${holdId})
+       FOR UPDATE
+    ),
+    h AS (
+      UPDATE holds
+         SET status = ${status},
+             settled_monthly = LEAST(monthly_amount, ${charge}),
+             settled_topup = ${charge} - LEAST(monthly_amount, ${charge}),
+             resolved_at = now(),
+             history_seq = CASE WHEN ${status} = 'settled' AND ${charge} > 0 AND operation <> 'prediction'
+                                THEN nextval(pg_get_serial_sequence('credit_journal', 'seq')) END
+        FROM cur
+       WHERE holds.id = ${holdId} AND holds.status = 'pending' AND ${charge} <= holds.monthly_amount + holds.topup_amount
+      RETURNING holds.account_id, holds.operation, holds.reference_id, holds.request_id,
+                holds.monthly_amount - LEAST(holds.monthly_amount, ${charge}) AS back_m,
+                holds.topup_amount - (${charge} - LEAST(holds.monthly_amount, ${charge})) AS back_t,
+                holds.period_end IS DISTINCT FROM cur.pe AS lapsed
+    ),
+    k AS (
+      SELECT h.*, CASE WHEN h.lapsed THEN 0 ELSE h.back_m END AS kept_m FROM h
+    ),
+    w AS (
+      UPDATE wallets SET monthly_balance = monthly_balance + k.kept_m, topup_balance = topup_balance + k.back_t
+        FROM k WHERE wallets.account_id = k.account_id
+      RETURNING wallets.monthly_balance, wallets.topup_balance
+    ),
+    journal AS (
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason)
+      SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+        FROM k, w WHERE k.back_t > 0
+      UNION ALL
+      SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+        FROM k, w WHERE k.back_m > 0
+      UNION ALL
+      SELECT ${newId("txn")}, k.account_id, 'expire', 'monthly', -k.back_m, w.monthly_balance, w.topup_balance,
+             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held'
+        FROM k, w WHERE k.back_m > 0 AND k.lapsed
+      RETURNING 1
+    )
+    SELECT ${charge}::int AS charged, w.monthly_balance, w.topup_balance, (SELECT operation FROM h) AS operation FROM w`
