@@ -27,5 +27,10 @@ export const atRepoBoundary = <T extends Record<string, (...args: never) => Effe
   return bounded as AtBoundary<T>
 }
 
+/** One statement at the boundary of `repo`, for repositories that wrap their statements one by one. */
+export const statementAtBoundary = (repo: string) =>
+<I, A, E, R>(name: string, statement: (input: I) => Effect.Effect<A, E, R>) =>
+(input: I): Effect.Effect<A, never, R> => statement(input).pipe(Effect.orDie, traced(`${repo}.${name}`))
+
 /** The current time, from Effect's Clock (a TestClock in tests): every timeout is measured on it. */
 export const currentDate = Effect.map(Clock.currentTimeMillis, (millis) => new Date(millis))

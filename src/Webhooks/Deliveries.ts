@@ -11,6 +11,7 @@ import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
+import { tracedFn } from "../Observability/Tracing.js"
 import { currentDate } from "../Repository.js"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { DatabaseMode } from "../Sql.js"
@@ -49,7 +50,7 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
     const { cursorSecret } = yield* Secrets
     const notFound = (id: string) => new NotFound({ message: `No webhook delivery ${id} on this account.` })
 
-    const list = Effect.fn("WebhookDeliveries.list")(function*(accountId: string, params: DeliveryParams) {
+    const list = tracedFn("WebhookDeliveries.list", Effect.fnUntraced(function*(accountId: string, params: DeliveryParams) {
       const limit = params.limit ?? defaultPageSize
       const binding = ["webhooks.deliveries", accountId, params.status ?? ""].join("|")
       const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
@@ -61,7 +62,7 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
       })
       return keysetPage(rows, limit, toDelivery, (last) => signCursor(cursorSecret, binding, { id: last.id })) satisfies
         WebhookDeliveryList
-    })
+    }))
 
     const findRow = (accountId: string, id: string) =>
       Effect.flatMap(repo.findDelivery({ accountId, id }), Option.match({
@@ -70,7 +71,7 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
       }))
 
     /** One delivery of the account; 404 for another account's or an unknown (or malformed) id. */
-    const get = Effect.fn("WebhookDeliveries.get")((accountId: string, id: string) =>
+    const get = tracedFn("WebhookDeliveries.get", (accountId: string, id: string) =>
       deliveryPattern.test(id) ? Effect.map(findRow(accountId, id), toDelivery) : Effect.fail(notFound(id))
     )
 
@@ -78,7 +79,7 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
      * Queues a pending or failed delivery for an attempt now. One guarded statement: a delivery
      * being attempted right now (claimed) is left to that attempt and answered as it is.
      */
-    const retry = Effect.fn("WebhookDeliveries.retry")(function*(accountId: string, id: string) {
+    const retry = tracedFn("WebhookDeliveries.retry", Effect.fnUntraced(function*(accountId: string, id: string) {
       if (!deliveryPattern.test(id)) return yield* notFound(id)
       const now = yield* currentDate
       const queued = yield* repo.requeueDelivery({ accountId, id, now })
@@ -97,7 +98,7 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
         })
       }
       return toDelivery(current)
-    })
+    }))
 
     const retentionMs = Duration.toMillis(config.deliveryRetention)
 

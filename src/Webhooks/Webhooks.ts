@@ -11,6 +11,7 @@ import { Secrets } from "../Config.js"
 import { ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import type { Prediction } from "../Predictions/Api.js"
+import { tracedFn } from "../Observability/Tracing.js"
 import { currentDate } from "../Repository.js"
 import { DatabaseMode } from "../Sql.js"
 import type { EventType, Webhook, WebhookSecret, WebhookTest } from "./Api.js"
@@ -84,7 +85,7 @@ interface TestSendDeps {
  * delivery would meet too, an attempt without an HTTP answer (delivered false, status_code null).
  */
 const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
-  Effect.fn("Webhooks.sendTest")(function*(accountId: string) {
+  tracedFn("Webhooks.sendTest", Effect.fnUntraced(function*(accountId: string) {
     const row = yield* repo.findWebhook(accountId)
     if (Option.isNone(row) || !row.value.enabled) return yield* notConfigured
     const target = yield* resolveTarget(row.value.url, rules, rules.resolveTimeout).pipe(
@@ -115,7 +116,7 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
       status_code: outcome.statusCode,
       event: "prediction.succeeded"
     } satisfies WebhookTest
-  })
+  }))
 
 export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
   effect: Effect.gen(function*() {
@@ -131,18 +132,18 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
     const sendTest = makeTestSend({ repo, attempts, rules, openSecrets })
 
 
-    const get = Effect.fn("Webhooks.get")(function*(accountId: string) {
+    const get = tracedFn("Webhooks.get", Effect.fnUntraced(function*(accountId: string) {
       return Option.match(yield* repo.findWebhook(accountId), {
         onNone: (): Webhook => ({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null }),
         onSome: webhookOf
       })
-    })
+    }))
 
     /**
      * Sets the URL and enables the webhook (clearing a health disable); `events` replaces the
      * selection when given. The secret is issued only when the webhook is created.
      */
-    const set = Effect.fn("Webhooks.set")(function*(accountId: string, url: string, events?: ReadonlyArray<EventType | "*">) {
+    const set = tracedFn("Webhooks.set", Effect.fnUntraced(function*(accountId: string, url: string, events?: ReadonlyArray<EventType | "*">) {
       yield* resolveTarget(url, rules, rules.resolveTimeout).pipe(
         Effect.mapError((refused) => new ValidationFailed({ message: urlField(refused.message) }))
       )
@@ -152,16 +153,16 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
       if (Option.isSome(created)) return withSecret(webhookOf(created.value), secret)
       const updated = yield* repo.retargetWebhook({ accountId, url, events: events === undefined ? undefined : selection })
       return withSecret(webhookOf(updated))
-    })
+    }))
 
     /** DELETE: configured becomes false; url and secret are kept. Without a webhook, nothing changes. */
-    const disable = Effect.fn("Webhooks.disable")(function*(accountId: string) {
+    const disable = tracedFn("Webhooks.disable", Effect.fnUntraced(function*(accountId: string) {
       yield* repo.switchOffWebhook(accountId)
       return yield* get(accountId)
-    })
+    }))
 
     /** A new secret, shown once; the current one stays valid for the rotation window. */
-    const rotate = Effect.fn("Webhooks.rotate")(function*(accountId: string) {
+    const rotate = tracedFn("Webhooks.rotate", Effect.fnUntraced(function*(accountId: string) {
       const secret = generateSecret()
       const rotated = yield* repo.rotateSecret({
         accountId,
@@ -170,17 +171,17 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
       })
       if (Option.isNone(rotated)) return yield* notConfigured
       return withSecret(webhookOf(rotated.value), secret)
-    })
+    }))
 
     /** Plan loss disables the account webhook; url and secret are kept. Joins the caller's transaction. */
-    const disableForAccount = Effect.fn("Webhooks.disableForAccount")((accountId: string) => repo.disableForPlanLoss(accountId))
+    const disableForAccount = tracedFn("Webhooks.disableForAccount", (accountId: string) => repo.disableForPlanLoss(accountId))
 
     /**
      * The outbox: records an event for delivery to the account's webhook, when one is enabled.
      * Call it inside the transaction of the state change that causes the event, so both commit
      * or neither does. Returns the delivery id, or null when the account has no enabled webhook.
      */
-    const enqueueEvent = Effect.fn("Webhooks.enqueueEvent")(
+    const enqueueEvent = tracedFn("Webhooks.enqueueEvent", Effect.fnUntraced(
       function*(accountId: string, type: PredictionEventType, data: Prediction) {
         const now = yield* currentDate
         const eventId = newId("evt")
@@ -191,7 +192,7 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
         if (!mode.embedded) yield* repo.notifyDispatchers(queued.value.id)
         return queued.value.id
       }
-    )
+    ))
 
     return { config, attempts, openSecrets, get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent } as const
   }),
