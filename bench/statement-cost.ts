@@ -17,7 +17,8 @@ import { Duration, Effect, Layer, ManagedRuntime } from "effect"
 import { parseArgs } from "node:util"
 import Pg from "pg"
 import { traced } from "../src/Observability/Tracing.js"
-import { DbPool, StatementRunner } from "../src/Sql.js"
+import { DbPool } from "../src/Sql.js"
+import { StatementRunner } from "../src/StatementRunner.js"
 import { freshDatabase } from "./support/processes.js"
 
 const { values } = parseArgs({ args: process.argv.slice(2), options: { statements: { type: "string" } } })

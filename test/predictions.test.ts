@@ -770,8 +770,10 @@ describe("several server processes on one database", () => {
   })
 
   test("a worker killed mid-job: the job is re-queued after its heartbeat stops (failed after the last attempt), settled once", async () => {
-    // The API process runs no workers; its sweeper notices stale heartbeats after one second.
-    const api = await start({ WORKER_CONCURRENCY: "0", HEARTBEAT_TIMEOUT: "1 second" }, instantScorer)
+    // The API process runs no workers; its sweeper notices stale heartbeats after three seconds:
+    // long enough that a worker starved of CPU on a loaded machine (it beats every 100 ms) is not
+    // taken for dead before it is killed.
+    const api = await start({ WORKER_CONCURRENCY: "0", HEARTBEAT_TIMEOUT: "3 seconds" }, instantScorer)
     const owner = await api.account({ plan: "pro", monthly_balance: 100 })
     const retried = await createLink(api, owner.key)
     const lastAttempt = await createLink(api, owner.key)
@@ -785,22 +787,27 @@ describe("several server processes on one database", () => {
       stdout: "pipe",
       stderr: "ignore"
     })
-    const reader = doomed.stdout.getReader()
-    let output = ""
-    while (!output.includes("ready")) {
-      const chunk = await reader.read()
-      if (chunk.done) throw new Error("the worker process exited before it was ready")
-      output += new TextDecoder().decode(chunk.value)
+    // Killed below; killed here too when the test fails first, so no worker outlives it.
+    try {
+      const reader = doomed.stdout.getReader()
+      let output = ""
+      while (!output.includes("ready")) {
+        const chunk = await reader.read()
+        if (chunk.done) throw new Error("the worker process exited before it was ready")
+        output += new TextDecoder().decode(chunk.value)
+      }
+      for (const link of [retried, lastAttempt]) expectReceived(await putClip(link.upload_url, clips.cutMp4), link)
+      for (const link of [retried, lastAttempt]) {
+        await waitFor("the worker process to claim the job", async () =>
+          (await predictionRow(api.db, link.prediction_id)).status === "running" ? true : undefined)
+      }
+      // The second job is on its last allowed attempt.
+      await api.db.query("UPDATE predictions SET attempts = 3 WHERE id = $1", [lastAttempt.prediction_id])
+      await expectWallet(api.db, owner.accountId, { monthly: 60, topup: 0, pendingHolds: 2 })
+    } catch (error) {
+      doomed.kill("SIGKILL")
+      throw error
     }
-    for (const link of [retried, lastAttempt]) expectReceived(await putClip(link.upload_url, clips.cutMp4), link)
-    for (const link of [retried, lastAttempt]) {
-      await waitFor("the worker process to claim the job", async () =>
-        (await predictionRow(api.db, link.prediction_id)).status === "running" ? true : undefined)
-    }
-    // The second job is on its last allowed attempt.
-    await api.db.query("UPDATE predictions SET attempts = 3 WHERE id = $1", [lastAttempt.prediction_id])
-    await expectWallet(api.db, owner.accountId, { monthly: 60, topup: 0, pendingHolds: 2 })
-
     doomed.kill("SIGKILL")
     await doomed.exited
 

@@ -9,7 +9,8 @@ import { PgClient } from "@effect/sql-pg"
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Duration, Effect, Either, Exit, Fiber, Layer, ManagedRuntime, Option } from "effect"
 import type Pg from "pg"
-import { DbPool, StatementRunner } from "../src/Sql.js"
+import { DbPool } from "../src/Sql.js"
+import { StatementRunner } from "../src/StatementRunner.js"
 import { createDatabase, dropDatabase, testPool } from "./support/server.js"
 
 class TookTooLong {

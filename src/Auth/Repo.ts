@@ -5,7 +5,7 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { StatementRunner } from "../Sql.js"
+import { StatementRunner } from "../StatementRunner.js"
 import { Plan, Scope } from "./Domain.js"
 
 /** A live key and what its account may do. */

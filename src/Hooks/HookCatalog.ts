@@ -9,7 +9,7 @@ import type { HookCategory, HookLean, HookRich } from "./Api.js"
 import { topSortMs } from "./CatalogSql.js"
 import { CatalogConfig, pageSize } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
-import { CatalogRepo, type LeanRow, type RichRow } from "./Repo.js"
+import { CatalogRepo, type LeanRow } from "./Repo.js"
 
 /** Where the next search page starts: the last row's (k1, sort_ms, id); see hook_search_page. */
 export const SearchPosition = Schema.Tuple(Schema.NullOr(Schema.Number), Schema.Int, Schema.String)
@@ -63,21 +63,7 @@ const lruCache = <V>(capacity: number) => {
 /** Text of the user's query as the catalog matches it: trimmed, single spaces, lowercase. */
 export const normaliseQuery = (q: string): string => q.trim().replace(/\s+/g, " ").toLowerCase()
 
-/** A full hook from its row. */
-const richOf = (row: RichRow): HookRich => ({
-  ...toLean(row),
-  source_url: row.source_url,
-  caption: row.caption,
-  duration_sec: row.duration_sec,
-  summary: row.summary,
-  emotions: row.emotions as HookRich["emotions"],
-  comment_themes: row.comment_themes as HookRich["comment_themes"],
-  metrics: row.metrics ?? null,
-  creator: row.creator ?? null,
-  audio: row.audio ?? null
-})
-
-/** The first pageSize rows as a page, with the position after the last one when more follow. */
+/** One page of rows (pageSize + 1 were asked for: one more means a next page, starting after the last shown). */
 const toPage = <R extends LeanRow, P>(rows: ReadonlyArray<R>, position: (row: R) => P): Page<P> => {
   const data = rows.slice(0, pageSize)
   return {
@@ -86,10 +72,10 @@ const toPage = <R extends LeanRow, P>(rows: ReadonlyArray<R>, position: (row: R)
   }
 }
 
-/** Serves first pages from a cache of `entries` pages while the catalog version is unchanged. */
-const firstPageCache = (entries: number, catalogVersion: Effect.Effect<number>) => {
+/** Serves first pages from an LRU cache while the catalog version is unchanged (any import bumps it). */
+const firstPageCache = <E>(catalogVersion: Effect.Effect<number, E>, entries: number) => {
   const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(entries)
-  return <P, E>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E>): Effect.Effect<Page<P>, E> =>
+  return <P, E2>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E2>) =>
     isFirst && entries > 0
       ? Effect.gen(function*() {
         const version = yield* catalogVersion
@@ -102,22 +88,14 @@ const firstPageCache = (entries: number, catalogVersion: Effect.Effect<number>) 
       : load
 }
 
-/** Whether a normalised query has a searchable word; it depends on the query alone, so answers are kept. */
-const searchableWordCheck = (entries: number, lookUp: (normalised: string) => Effect.Effect<boolean>) => {
-  const known = lruCache<boolean>(entries)
-  return (normalised: string) => {
-    const answer = known.get(normalised)
-    return answer !== undefined ? Effect.succeed(answer) : Effect.tap(lookUp(normalised), (searchable) => known.set(normalised, searchable))
-  }
-}
-
 export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCatalog", {
   dependencies: [CatalogRepo.Default],
   effect: Effect.gen(function*() {
     const repo = yield* CatalogRepo
     const config = yield* CatalogConfig
-    const cachedFirstPage = firstPageCache(config.cacheEntries, repo.catalogVersion)
-    const hasSearchableWord = searchableWordCheck(config.cacheEntries, repo.hasSearchableWord)
+    const cachedFirstPage = firstPageCache(repo.catalogVersion, config.cacheEntries)
+    /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
+    const searchableQueries = lruCache<boolean>(config.cacheEntries)
 
     const categories = Effect.map(repo.categories, (data) => ({
       object: "list" as const,
@@ -128,6 +106,13 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
 
     /** Replaces the category list (hooks keep their category slug even when it is removed). */
     const putCategories = (input: ReadonlyArray<HookCategory>) => Effect.zipRight(repo.replaceCategories(input), categories)
+
+    const hasSearchableWord = (normalised: string) => {
+      const known = searchableQueries.get(normalised)
+      return known !== undefined
+        ? Effect.succeed(known)
+        : Effect.tap(repo.hasSearchableWord(normalised), (searchable) => searchableQueries.set(normalised, searchable))
+    }
 
     /** One page of search results: ranked full-text matches, or the substring fallback for a query with no searchable word. */
     const search = (normalised: string, after: Option.Option<SearchPosition>) =>
@@ -156,7 +141,18 @@ export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCat
       )
 
     const hook = (id: string) =>
-      Effect.map(repo.findHook(id), Option.map(richOf))
+      Effect.map(repo.findHook(id), Option.map((row): HookRich => ({
+        ...toLean(row),
+        source_url: row.source_url,
+        caption: row.caption,
+        duration_sec: row.duration_sec,
+        summary: row.summary,
+        emotions: row.emotions as HookRich["emotions"],
+        comment_themes: row.comment_themes as HookRich["comment_themes"],
+        metrics: row.metrics ?? null,
+        creator: row.creator ?? null,
+        audio: row.audio ?? null
+      })))
 
     /** Inserts or updates hooks in one statement; a batch must not repeat an id. */
     const upsert = (records: ReadonlyArray<HookRecord>) => repo.upsertHooks(records)

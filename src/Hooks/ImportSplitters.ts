@@ -40,45 +40,44 @@ const joined = (parts: Array<Uint8Array>, length: number) => {
 
 const tooLarge = (max: number) => `the record is larger than ${max} bytes`
 
-/** The bytes of the record being cut, kept up to `maxBytes`; past that only the overflow is remembered. */
-const recordBytes = (maxBytes: number) => {
-  let parts: Array<Uint8Array> = []
-  let length = 0
-  let overflow = false
-  return {
-    /** Whether anything (or too much) was taken since the last drain. */
-    started: () => length > 0 || overflow,
-    take: (slice: Uint8Array) => {
-      if (overflow) return
-      if (length + slice.byteLength > maxBytes) {
-        overflow = true
-        parts = []
-      } else if (slice.byteLength > 0) {
-        parts.push(slice.slice())
-      }
-      length += slice.byteLength
-    },
-    /** The record's text, or why it cannot be read; the next record starts empty. */
-    drain: (notUtf8: string): { readonly text: string } | { readonly problem: string } => {
-      const bytes = joined(parts, length)
-      const wasOverflow = overflow
-      parts = []
-      length = 0
-      overflow = false
-      if (wasOverflow) return { problem: tooLarge(maxBytes) }
-      const text = decode(bytes)
-      return text === null ? { problem: notUtf8 } : { text }
+/** The bytes of the record being cut, up to `maxBytes` (past that only its length is counted). */
+class RecordBytes {
+  private parts: Array<Uint8Array> = []
+  length = 0
+  overflow = false
+  constructor(private readonly maxBytes: number) {}
+
+  take(slice: Uint8Array) {
+    if (this.overflow) return
+    if (this.length + slice.byteLength > this.maxBytes) {
+      this.overflow = true
+      this.parts = []
+    } else if (slice.byteLength > 0) {
+      this.parts.push(slice.slice())
     }
+    this.length += slice.byteLength
+  }
+
+  /** The record's text, or why it cannot be read; the buffer is empty again afterwards. */
+  finish(notUtf8: string): { readonly text: string } | { readonly problem: string } {
+    const bytes = joined(this.parts, this.length)
+    const overflow = this.overflow
+    this.parts = []
+    this.length = 0
+    this.overflow = false
+    if (overflow) return { problem: tooLarge(this.maxBytes) }
+    const text = decode(bytes)
+    return text === null ? { problem: notUtf8 } : { text }
   }
 }
 
 /** NDJSON: records end at a newline; the index is the 1-based line number. */
 export const ndjsonSplitter = (maxBytes: number): Splitter => {
   let line = 1
-  const record = recordBytes(maxBytes)
+  const record = new RecordBytes(maxBytes)
   const finish = (): Array<Piece> => {
     const index = line++
-    const read = record.drain("the line is not valid UTF-8")
+    const read = record.finish("the line is not valid UTF-8")
     return "text" in read && read.text.trim() === "" ? [] : [{ index, ...read }]
   }
   return {
@@ -93,14 +92,24 @@ export const ndjsonSplitter = (maxBytes: number): Splitter => {
         from = newline + 1
       }
     },
-    end: () => (record.started() ? finish() : [])
+    end: () => (record.length > 0 || record.overflow ? finish() : [])
   }
 }
 
-/** The chunk without a leading UTF-8 byte order mark. */
-const withoutBom = (chunk: Uint8Array) => (chunk[0] === 0xef && chunk[1] === 0xbb && chunk[2] === 0xbf ? chunk.subarray(3) : chunk)
-
 export const isSpace = (byte: number) => byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09
+
+type ArrayState = "start" | "value" | "after" | "done" | "trailing"
+
+/** What an array body that ended in `state` still owes: its open record, or why the array is not whole. */
+const arrayEnd = (state: ArrayState, index: number, finish: () => Piece): Array<Piece> => {
+  if (state === "start") throw new NotAHookArray("The body is empty: send a JSON array of hooks.")
+  if (state === "value") {
+    const last = finish()
+    return ["text" in last ? { index: last.index, problem: "the JSON array is not closed (the body ended inside this record)" } : last]
+  }
+  if (state === "after") return [{ index, problem: "the JSON array is not closed" }]
+  return []
+}
 
 /**
  * A JSON array: elements are cut at depth 1 by tracking strings and brackets only, so a broken
@@ -108,20 +117,23 @@ export const isSpace = (byte: number) => byte === 0x20 || byte === 0x0a || byte 
  * element's 0-based position.
  */
 export const jsonArraySplitter = (maxBytes: number): Splitter => {
-  type State = "start" | "value" | "after" | "done" | "trailing"
-  let state: State = "start"
+  let state: ArrayState = "start"
   let index = 0
   let depth = 0
   let inString = false
   let escaped = false
   let bomChecked = false
-  const record = recordBytes(maxBytes)
-  const finish = (): Piece => ({ index: index++, ...record.drain("the record is not valid UTF-8") })
+  const record = new RecordBytes(maxBytes)
+  const take = (slice: Uint8Array) => record.take(slice)
+  const finish = (): Piece => ({ index: index++, ...record.finish("the record is not valid UTF-8") })
 
   return {
     push: (input) => {
-      const chunk = bomChecked || input.byteLength === 0 ? input : withoutBom(input)
-      if (input.byteLength > 0) bomChecked = true
+      let chunk = input
+      if (!bomChecked && chunk.byteLength > 0) {
+        bomChecked = true
+        if (chunk[0] === 0xef && chunk[1] === 0xbb && chunk[2] === 0xbf) chunk = chunk.subarray(3)
+      }
       const pieces: Array<Piece> = []
       let valueStart = state === "value" ? 0 : -1
       for (let i = 0; i < chunk.byteLength; i++) {
@@ -138,14 +150,14 @@ export const jsonArraySplitter = (maxBytes: number): Splitter => {
           else if (byte === 0x7d || byte === 0x5d) {
             if (depth === 0) {
               // The array's own closing bracket ends a bare value.
-              record.take(chunk.subarray(valueStart, i))
+              take(chunk.subarray(valueStart, i))
               pieces.push(finish())
               state = "done"
               continue
             }
             depth--
           } else if (byte === 0x2c && depth === 0) {
-            record.take(chunk.subarray(valueStart, i))
+            take(chunk.subarray(valueStart, i))
             pieces.push(finish())
             state = "after"
             continue
@@ -171,23 +183,12 @@ export const jsonArraySplitter = (maxBytes: number): Splitter => {
           state = "trailing"
         }
       }
-      if (state === "value") record.take(chunk.subarray(valueStart))
+      if (state === "value") take(chunk.subarray(valueStart))
       return pieces
     },
-    end: () => {
-      if (state === "start") throw new NotAHookArray("The body is empty: send a JSON array of hooks.")
-      if (state === "value") {
-        const last = finish()
-        return [
-          "text" in last ? { index: last.index, problem: "the JSON array is not closed (the body ended inside this record)" } : last
-        ]
-      }
-      if (state === "after") return [{ index, problem: "the JSON array is not closed" }]
-      return []
-    }
+    end: () => arrayEnd(state, index, finish)
   }
 }
-
 
 /** The splitter for a format, with the largest record it accepts. */
 export const splitterFor = (format: ImportFormat, maxRecordBytes: number): Splitter =>

@@ -9,7 +9,8 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Option, type ParseResult, Schema } from "effect"
 import { ServiceUnavailable } from "../Errors.js"
-import { orDieOnDb, StatementRunner } from "../Sql.js"
+import { orDieOnDb } from "../Sql.js"
+import { StatementRunner } from "../StatementRunner.js"
 import { HookCategory, HookLean } from "./Api.js"
 import {
   catalogVersionSql,

@@ -45,15 +45,14 @@ export type Completion = typeof Completion.Type
 /** Expired keys deleted per sweep statement. */
 const sweepBatch = 1000
 
-/** A key claimed, looked up, kept alive. */
-const claimStatements = (sql: SqlClient.SqlClient) => {
-  /**
-   * Inserts the key 'in_progress' for `owner`, or takes over an expired row or a stalled claim
-   * of the same request. Some row when claimed. The claim's commit does not wait for the disk
-   * (synchronous_commit off, for this statement only): whatever the request then commits flushes
-   * the log past the claim, and a claim lost with a database crash before that guarded nothing.
-   */
-  const claimKey = SqlSchema.findOne({
+/**
+ * Inserts the key 'in_progress' for `owner`, or takes over an expired row or a stalled claim
+ * of the same request. Some row when claimed. The claim's commit does not wait for the disk
+ * (synchronous_commit off, for this statement only): whatever the request then commits flushes
+ * the log past the claim, and a claim lost with a database crash before that guarded nothing.
+ */
+const claimKey = (sql: SqlClient.SqlClient) =>
+  SqlSchema.findOne({
     Request: ClaimRequest,
     Result: Schema.Struct({ owner: Schema.String }),
     execute: (claim) =>
@@ -74,8 +73,9 @@ const claimStatements = (sql: SqlClient.SqlClient) => {
         RETURNING k.owner`
   })
 
-  /** The unexpired row of a key. */
-  const findLiveKey = SqlSchema.findOne({
+/** The unexpired row of a key. */
+const findLiveKey = (sql: SqlClient.SqlClient) =>
+  SqlSchema.findOne({
     Request: KeyId,
     Result: KeyRow,
     execute: ({ key, scope }) =>
@@ -85,21 +85,18 @@ const claimStatements = (sql: SqlClient.SqlClient) => {
          WHERE scope = ${scope} AND key = ${key} AND expires_at > now()`
   })
 
-  /** Keeps `owner`'s claim alive. */
-  const touchClaim = SqlSchema.void({
+/** Keeps `owner`'s claim alive. */
+const touchClaim = (sql: SqlClient.SqlClient) =>
+  SqlSchema.void({
     Request: OwnedKey,
     execute: ({ key, owner, scope }) =>
       sql`UPDATE idempotency_keys SET locked_at = now()
            WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
   })
 
-  return { claimKey, findLiveKey, touchClaim } as const
-}
-
-/** A claim settled (answered or released), and expired keys swept. */
-const settleStatements = (sql: SqlClient.SqlClient) => {
-  /** Stores the answer; None when the claim was lost (taken over after a stall). */
-  const completeKey = SqlSchema.findOne({
+/** Stores the answer; None when the claim was lost (taken over after a stall). */
+const completeKey = (sql: SqlClient.SqlClient) =>
+  SqlSchema.findOne({
     Request: Completion,
     Result: Schema.Struct({ key: Schema.String }),
     execute: (done) =>
@@ -111,16 +108,18 @@ const settleStatements = (sql: SqlClient.SqlClient) => {
         RETURNING key`
   })
 
-  /** Deletes `owner`'s claim, so a retry runs the request again. */
-  const releaseKey = SqlSchema.void({
+/** Deletes `owner`'s claim, so a retry runs the request again. */
+const releaseKey = (sql: SqlClient.SqlClient) =>
+  SqlSchema.void({
     Request: OwnedKey,
     execute: ({ key, owner, scope }) =>
       sql`DELETE FROM idempotency_keys
            WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
   })
 
-  /** Deletes up to `sweepBatch` expired keys (stalled claims past the lock timeout too); how many. */
-  const deleteExpiredBatch = SqlSchema.single({
+/** Deletes up to `sweepBatch` expired keys (stalled claims past the lock timeout too); how many. */
+const deleteExpiredBatch = (sql: SqlClient.SqlClient) =>
+  SqlSchema.single({
     Request: Schema.Number,
     Result: Schema.Struct({ n: Schema.Number }),
     execute: (lockSeconds) =>
@@ -137,28 +136,30 @@ const settleStatements = (sql: SqlClient.SqlClient) => {
         SELECT count(*)::int AS n FROM gone`
   })
 
-  return { completeKey, releaseKey, deleteExpiredBatch } as const
-}
 
 export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("hookline/IdempotencyRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const { claimKey, findLiveKey, touchClaim } = claimStatements(sql)
-    const { completeKey, deleteExpiredBatch, releaseKey } = settleStatements(sql)
+    const claim = claimKey(sql)
+    const find = findLiveKey(sql)
+    const touch = touchClaim(sql)
+    const complete = completeKey(sql)
+    const release = releaseKey(sql)
+    const deleteExpired = deleteExpiredBatch(sql)
 
     return {
-      claimKey: (claim: ClaimRequest) => Effect.orDie(claimKey(claim)),
-      findLiveKey: (scope: string, key: string) => Effect.orDie(findLiveKey({ scope, key })),
-      touchClaim: (scope: string, key: string, owner: string) => Effect.orDie(touchClaim({ scope, key, owner })),
-      completeKey: (completion: Completion) => Effect.orDie(completeKey(completion)),
-      releaseKey: (scope: string, key: string, owner: string) => Effect.orDie(releaseKey({ scope, key, owner })),
+      claimKey: (request: ClaimRequest) => Effect.orDie(claim(request)),
+      findLiveKey: (scope: string, key: string) => Effect.orDie(find({ scope, key })),
+      touchClaim: (scope: string, key: string, owner: string) => Effect.orDie(touch({ scope, key, owner })),
+      completeKey: (completion: Completion) => Effect.orDie(complete(completion)),
+      releaseKey: (scope: string, key: string, owner: string) => Effect.orDie(release({ scope, key, owner })),
       /** Deletes expired keys batch by batch; how many in all. */
       sweepExpired: (lockSeconds: number) =>
         Effect.orDie(Effect.gen(function*() {
           let deleted = 0
           while (true) {
-            const { n } = yield* deleteExpiredBatch(lockSeconds)
+            const { n } = yield* deleteExpired(lockSeconds)
             deleted += n
             if (n < sweepBatch) return deleted
           }

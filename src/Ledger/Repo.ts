@@ -12,7 +12,7 @@ import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { newId } from "../Ids.js"
 import { statementAtBoundary } from "../Repository.js"
-import { StatementRunner } from "../Sql.js"
+import { StatementRunner } from "../StatementRunner.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
 

@@ -1,0 +1,119 @@
+/**
+ * StatementRunner: statements on the pool directly, outside transactions and sampled traces,
+ * with an optional deadline that cancels the query on the server.
+ */
+import { SqlClient, type Statement } from "@effect/sql"
+import { SqlError } from "@effect/sql/SqlError"
+import { Duration, Effect, FiberRef, Option } from "effect"
+import Pg from "pg"
+import { DbPool } from "./Sql.js"
+
+/** A time limit for one statement: past it the query is cancelled on the server and `onTimeout` is the failure. */
+export interface Deadline<E> {
+  readonly duration: Duration.Duration
+  readonly onTimeout: () => E
+}
+
+/** Postgres's answer to pg_cancel_backend (57014 is also a statement_timeout, which is not stray). */
+const isStrayCancel = (error: Error) =>
+  "code" in error && error.code === "57014" && error.message.includes("user request")
+
+/**
+ * Sent on a connection of its own: the pool's may all be busy (one of them with the very query
+ * to cancel), and a cancel that waits for a free one comes too late to help.
+ */
+const cancelBackend = async (pool: Pg.Pool, backend: number) => {
+  const connection = new Pg.Client(pool.options)
+  connection.on("error", () => {})
+  try {
+    await connection.connect()
+    await connection.query("SELECT pg_cancel_backend($1)", [backend])
+  } catch {
+    // Best effort: the query then runs to its end, or to statement_timeout.
+  } finally {
+    await connection.end().catch(() => {})
+  }
+}
+
+/**
+ * Runs one statement straight on the pool. @effect/sql wraps every statement in its own Scope and span, and `Effect.timeout`
+ * forks a fiber per call; together they cost more CPU than the query itself (bench/README.md,
+ * "Where a request's CPU goes"). The hot routes run one to three statements and no transaction.
+ * Inside a transaction or a sampled trace the statement runs as usual, on the transaction's
+ * connection and with its span; so does every statement when no DbPool is provided (a service
+ * built on a bare PgClient layer, as some tests do).
+ */
+const runDirect = <A extends object, E>(
+  pool: Pg.Pool,
+  text: string,
+  params: ReadonlyArray<unknown>,
+  deadline: Deadline<E> | undefined,
+  retryStrayCancel = true
+): Effect.Effect<ReadonlyArray<A>, SqlError | E> =>
+  Effect.async<ReadonlyArray<A>, SqlError | E>((resume) => {
+    let abandoned = false
+    // The backend running the query, while it runs (pg's client has it at run time; its types do not say so).
+    let backend: number | undefined
+    // A cancel is a signal the backend may act on late, during the next query on its connection;
+    // a connection that was sent one is therefore closed, never handed to another request.
+    let cancelSent = false
+    const cancel = () => {
+      if (backend === undefined) return Promise.resolve()
+      cancelSent = true
+      return cancelBackend(pool, backend)
+    }
+    const timer = deadline === undefined ? undefined : setTimeout(() => {
+      abandoned = true
+      void cancel()
+      resume(Effect.fail(deadline.onTimeout()))
+    }, Duration.toMillis(deadline.duration))
+    pool.connect((connectError, client, release) => {
+      if (connectError !== undefined || client === undefined) {
+        clearTimeout(timer)
+        return abandoned ? undefined : resume(Effect.fail(new SqlError({ cause: connectError, message: "Failed to acquire connection" })))
+      }
+      if (abandoned) return release()
+      backend = (client as Pg.PoolClient & { readonly processID?: number }).processID
+      client.query<A>(text, params as Array<unknown>, (queryError, result) => {
+        backend = undefined
+        clearTimeout(timer)
+        // A connection whose query failed for a reason other than SQL (a lost socket) is dropped, as is one sent a cancel.
+        const broken = queryError instanceof Error && !("code" in queryError)
+        release(broken ? queryError : cancelSent ? new Error("sent a cancel: closed rather than reused") : undefined)
+        if (abandoned) return
+        if (queryError === null || queryError === undefined) return resume(Effect.succeed(result.rows))
+        // Cancelled by a request this statement never made: a late cancel meant for the
+        // connection's previous query (sql-pg sends them too). The statement was rolled back;
+        // it runs once more, on another connection.
+        if (retryStrayCancel && isStrayCancel(queryError)) return resume(runDirect(pool, text, params, deadline, false))
+        resume(Effect.fail(new SqlError({ cause: queryError, message: "Failed to execute statement" })))
+      })
+    })
+    // Interrupted mid-query (a client gone): ask the server to stop it, as sql-pg does.
+    return Effect.suspend(() => {
+      abandoned = true
+      clearTimeout(timer)
+      return Effect.promise(cancel).pipe(Effect.timeoutOption(5000))
+    })
+  })
+
+/**
+ * Runs statements on the pool directly when the fiber is neither inside a transaction nor
+ * tracing (see runDirect); otherwise, and when no DbPool is provided (a service built on a bare
+ * PgClient layer, as some tests do), as the statement itself.
+ */
+export const StatementRunner = Effect.map(Effect.serviceOption(DbPool), (pooled) => {
+  const pool = Option.getOrUndefined(pooled)
+  function run<A extends object>(statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError>
+  function run<A extends object, E>(statement: Statement.Statement<A>, deadline: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E>
+  function run<A extends object, E>(statement: Statement.Statement<A>, deadline?: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E> {
+    return Effect.withFiberRuntime((fiber) => {
+      if (pool === undefined || fiber.getFiberRef(FiberRef.currentTracerEnabled) || fiber.currentContext.unsafeMap.has(SqlClient.TransactionConnection.key)) {
+        return deadline === undefined ? statement : Effect.timeoutFail(statement, deadline)
+      }
+      const [text, params] = statement.compile()
+      return runDirect<A, E>(pool, text, params, deadline)
+    })
+  }
+  return run
+})
