@@ -168,3 +168,48 @@ export const listen = (channel: string): Stream.Stream<string, SqlError, DbPool>
       client.on("end", () => void emit.fail(new SqlError({ cause: null, message: `LISTEN connection on ${channel} closed` })))
     })
   }))
+
+/** What a pg connection offers for COPY FROM STDIN (pg's Connection has it; its type declarations do not). */
+interface CopyInConnection {
+  sendCopyFromChunk(chunk: Uint8Array): void
+  endCopyFrom(): void
+}
+
+const canCopyIn = (connection: object): connection is CopyInConnection =>
+  typeof Reflect.get(connection, "sendCopyFromChunk") === "function" && typeof Reflect.get(connection, "endCopyFrom") === "function"
+
+/**
+ * The pg client under a transaction's connection, for COPY: @effect/sql-pg 0.53 keeps it in the
+ * connection's `pg` field (not part of its declared type). None when that is not so.
+ */
+export const pgClientOf = (connection: object): Option.Option<Pg.ClientBase> => {
+  const client: unknown = Reflect.get(connection, "pg")
+  return client instanceof Pg.Client ? Option.some(client) : Option.none()
+}
+
+/**
+ * `COPY … FROM STDIN` of `data` on `client`, through pg's custom-query interface (what
+ * pg-copy-streams builds on; that package is not installed). Not for PGlite, which cannot COPY
+ * from the client.
+ */
+export const copyFromStdin = (client: Pg.ClientBase, statement: string, data: Uint8Array): Effect.Effect<void, SqlError> =>
+  Effect.async<void, SqlError>((resume) => {
+    let settled = false
+    const settle = (outcome: Effect.Effect<void, SqlError>) => {
+      if (settled) return
+      settled = true
+      resume(outcome)
+    }
+    client.query({
+      submit: (connection: Pg.Connection) => connection.query(statement),
+      handleCopyInResponse: (connection: Pg.Connection) => {
+        if (!canCopyIn(connection)) return settle(Effect.fail(new SqlError({ cause: null, message: "This pg connection cannot COPY" })))
+        connection.sendCopyFromChunk(data)
+        connection.endCopyFrom()
+      },
+      handleCommandComplete: () => {},
+      // pg drops a query once it failed: its ReadyForQuery goes to no one.
+      handleError: (cause: Error) => settle(Effect.fail(new SqlError({ cause, message: "Failed to execute statement" }))),
+      handleReadyForQuery: () => settle(Effect.void)
+    })
+  })

@@ -70,18 +70,16 @@ describe("a request that fails", () => {
 
   test("stops the import with the line to resume from; resuming there lands every hook once", async () => {
     const text = demoLines(10_000, 10_400).join("\n") + "\n"
-    // A proxy that lets the server commit the third request and every later one, but loses the answers.
+    // A proxy that lets the server commit the third request and every later one, but loses the
+    // answers. It counts the requests whose body arrived whole.
     let requests = 0
     const proxy = Bun.serve({
       port: 0,
       hostname: "127.0.0.1",
       fetch: async (request) => {
+        const body = await request.arrayBuffer()
         requests++
-        const forwarded = await fetch(`${server.url}${new URL(request.url).pathname}`, {
-          method: request.method,
-          headers: request.headers,
-          body: await request.arrayBuffer()
-        })
+        const forwarded = await fetch(`${server.url}${new URL(request.url).pathname}`, { method: request.method, headers: request.headers, body })
         if (requests < 3) return forwarded
         await forwarded.arrayBuffer()
         return new Response("bad gateway", { status: 502 })
@@ -98,7 +96,8 @@ describe("a request that fails", () => {
       proxy.stop(true)
     }
     expect(stopped).not.toBeNull()
-    expect(requests).toBe(4) // two answered, the third and its one retry lost
+    // Two answered, the third and its one retry lost; the fourth, sent ahead, never completed.
+    expect(requests).toBe(4)
     const resumeLine = stopped!.resumeLine
     expect(stopped!.summary.lines_read).toBe(resumeLine - 1)
     expect(stopped!.message).toContain("HTTP 502")
@@ -113,6 +112,25 @@ describe("a request that fails", () => {
     expect(resumed.lines_read).toBe(400)
     expect(await catalogCounts(server.db)).toEqual({ hooks: 400, distinct_ids: 400, searchable: 400, counted: 400 })
   }, 60_000)
+
+  test("requests sent ahead still write in file order: of two records with one id in different requests, the later wins, search row too", async () => {
+    const first = demoHook(40_000)
+    // The later record goes in the second request, which is sent while the first one commits.
+    const lines = demoLines(40_000, 40_060)
+    lines.splice(12, 0, JSON.stringify({ ...first, text: "Quokkafinch rewritten opening line" }))
+    const text = lines.join("\n") + "\n"
+    const options = { ...defaultChunking, chunkBytes: 8_000 }
+    const summary = await importNdjson({ baseUrl: server.url, adminToken: server.adminToken }, sourceOf(text), options, silent)
+    expect(summary.requests).toBeGreaterThan(4)
+    expect(Buffer.byteLength(lines.slice(0, 12).join("\n"))).toBeGreaterThan(options.chunkBytes)
+    expect([summary.inserted, summary.updated]).toEqual([60, 1])
+    const { rows } = await server.db.query<{ text: string; folded: string; matches: boolean }>(
+      `SELECT h.text, s.folded, s.doc @@ plainto_tsquery('english', 'quokkafinch') AS matches
+         FROM hooks h JOIN hook_search s ON s.id = h.id WHERE h.id = $1`,
+      [first.id]
+    )
+    expect(rows).toEqual([{ text: "Quokkafinch rewritten opening line", folded: "quokkafinch rewritten opening line", matches: true }])
+  })
 
   test("a declared body over IMPORT_MAX_BODY_BYTES is refused at once with 413 and nothing is written", async () => {
     const before = await catalogCounts(server.db)

@@ -142,6 +142,27 @@ describe("NDJSON", () => {
     ])
     expect(await count("text LIKE 'Nulhawk%'", [])).toBe(2)
   })
+
+  test("tabs, backslashes, line breaks and COPY's own markers come back exactly as sent, in every kind of field", async () => {
+    const tricky = "Copywren\ttab \\N back\\slash \\. line\nbreak cr\r \"quoted\" 🎣 é"
+    const record = {
+      text: tricky,
+      platform: "tik\ttok",
+      source_url: "https://copy.example/\\N",
+      caption: "\\.\n\\",
+      summary: "\\",
+      hook_duration_sec: 1.25e-7,
+      comment_themes: [{ word: "tab\tword\\", count: 3 }],
+      creator: { handle: "back\\slash\ttab\nline", followers: 12 },
+      metrics: { "key\twith\\tab": [1, "\\N", null] },
+      audio: null
+    }
+    const response = await importBody(ndjson([record]))
+    expect(response.body).toMatchObject({ inserted: 1, rejected_count: 0 })
+    const hook = await server.request<HookRichBody>(`/v1/hooks/${derivedId(record.platform, record.source_url)}`, { key })
+    expect(hook.body).toMatchObject({ ...record, media_type: null, thumbnail_url: null, category: null, published_at: null, duration_sec: null, emotions: null })
+    expect(await searchIds("copywren")).toEqual([derivedId(record.platform, record.source_url)])
+  })
 })
 
 describe("JSON array", () => {

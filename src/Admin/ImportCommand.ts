@@ -14,6 +14,7 @@ import { demoHook } from "../Hooks/DemoData.js"
 import { formatOfFile, maxReportedRejections } from "../Hooks/Import.js"
 import type { ImportResult } from "./Api.js"
 import { type ProgressOutput, ProgressReporter } from "./ImportProgress.js"
+import { failureOf, postWithRetries, RequestFailed } from "./ImportRequests.js"
 
 export interface AdminEndpoint {
   readonly baseUrl: string
@@ -117,55 +118,6 @@ async function* ndjsonChunks(stream: ReadableStream<Uint8Array>, fromLine: numbe
   if (chunk.lines > 0) yield cut()
 }
 
-/** The error envelope's message, or the status line. */
-const failureOf = async (response: Response): Promise<string> => {
-  const text = await response.text().catch(() => "")
-  try {
-    const body = JSON.parse(text) as { error?: { type?: string; message?: string } }
-    if (body.error?.message !== undefined) return `HTTP ${response.status} ${body.error.type ?? ""}: ${body.error.message}`
-  } catch {
-    // not the envelope
-  }
-  return `HTTP ${response.status} ${response.statusText}`
-}
-
-class RequestFailed extends Error {
-  constructor(message: string, readonly retryable: boolean) {
-    super(message)
-  }
-}
-
-const postChunk = async (endpoint: AdminEndpoint, body: Uint8Array<ArrayBuffer>): Promise<ImportResult> => {
-  let response: Response
-  try {
-    response = await fetch(`${endpoint.baseUrl}/admin/catalog/hooks`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${endpoint.adminToken}`, "content-type": "application/x-ndjson" },
-      body
-    })
-  } catch (error) {
-    throw new RequestFailed(`the request failed: ${error instanceof Error ? error.message : String(error)}`, true)
-  }
-  if (response.status === 200) return (await response.json()) as ImportResult
-  const reason = await failureOf(response)
-  throw new RequestFailed(
-    response.status === 413 ? `${reason} (send smaller requests with --chunk-bytes)` : reason,
-    response.status >= 500
-  )
-}
-
-/** Sends one chunk, retrying network failures and 5xx answers (safe: a chunk commits whole or not at all). */
-const postWithRetries = async (endpoint: AdminEndpoint, chunk: Chunk, options: ChunkingOptions): Promise<ImportResult> => {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await postChunk(endpoint, chunk.body)
-    } catch (error) {
-      if (!(error instanceof RequestFailed) || !error.retryable || attempt >= options.retries) throw error
-      await Bun.sleep(options.retryDelayMs * 2 ** attempt)
-    }
-  }
-}
-
 /** Imports an NDJSON stream in requests under the body limit; throws ImportStopped when one fails for good. */
 export const importNdjson = async (
   endpoint: AdminEndpoint,
@@ -176,11 +128,11 @@ export const importNdjson = async (
   const progress = new ProgressReporter(source.label, source.total, progressTo)
   const rejected: Array<{ index: number; message: string }> = []
   let summary: ImportSummary = { object: "import_result", inserted: 0, updated: 0, rejected_count: 0, rejected, lines_read: 0, requests: 0 }
-  for await (const chunk of ndjsonChunks(source.stream, options.fromLine, options.chunkBytes)) {
-    progress.begin({ bytes: chunk.endOffset - chunk.body.byteLength, lines: chunk.firstLine - 1, hooks: 0 })
+  /** Adds a committed chunk's answer to the summary, or stops the import at the chunk's first line. */
+  const settle = async (chunk: Chunk, answer: Promise<ImportResult>) => {
     let result: ImportResult
     try {
-      result = await postWithRetries(endpoint, chunk, options)
+      result = await answer
     } catch (error) {
       progress.stop()
       const reason = `The request for lines ${chunk.firstLine}–${chunk.firstLine + chunk.lines - 1} failed: ${error instanceof Error ? error.message : String(error)}`
@@ -198,6 +150,22 @@ export const importNdjson = async (
       requests: summary.requests + 1
     }
     progress.update({ bytes: chunk.endOffset, lines: chunk.firstLine + chunk.lines - 1, hooks: summary.inserted + summary.updated })
+  }
+  // Two requests in flight: the next one is sent (and staged by the server) while the previous
+  // one commits; it completes only after that one has committed (see gatedBody).
+  let inFlight: { chunk: Chunk; answer: Promise<ImportResult>; committed: Promise<boolean> } | null = null
+  try {
+    for await (const chunk of ndjsonChunks(source.stream, options.fromLine, options.chunkBytes)) {
+      progress.begin({ bytes: chunk.endOffset - chunk.body.byteLength, lines: chunk.firstLine - 1, hooks: 0 })
+      const answer = postWithRetries(endpoint, chunk.body, options, inFlight?.committed ?? Promise.resolve(true))
+      const previous = inFlight
+      inFlight = { chunk, answer, committed: answer.then(() => true, () => false) }
+      if (previous !== null) await settle(previous.chunk, previous.answer)
+    }
+    if (inFlight !== null) await settle(inFlight.chunk, inFlight.answer)
+  } finally {
+    // A request sent ahead of a failed one breaks off (nothing written); wait until it has.
+    await inFlight?.committed
   }
   progress.stop()
   return summary

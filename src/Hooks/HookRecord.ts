@@ -128,9 +128,10 @@ const nulCharacterAt = (value: unknown, path: ReadonlyArray<string | number>): R
 /** Whether any string (value or key) holds U+0000; allocates nothing, unlike nulCharacterAt. */
 const holdsNul = (value: unknown): boolean => {
   if (typeof value === "string") return value.includes("\0")
-  if (typeof value !== "object" || value === null) return false
   if (Array.isArray(value)) return value.some(holdsNul)
-  for (const [key, item] of Object.entries(value)) if (key.includes("\0") || holdsNul(item)) return true
+  if (!isFields(value)) return false
+  // for…in: parsed JSON has only own keys, and this builds no [key, value] pairs (Object.entries did).
+  for (const key in value) if (key.includes("\0") || holdsNul(value[key])) return true
   return false
 }
 

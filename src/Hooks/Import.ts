@@ -9,11 +9,13 @@
  */
 import { HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Effect, Either, Option, Stream } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Either, Fiber, Option, Stream } from "effect"
+import type Pg from "pg"
 import type { ImportResult } from "../Admin/Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
-import { orDieOnDb, withoutStatementTimeout } from "../Sql.js"
-import { createImportStagingSql, stageHooksSql, upsertStagedHooksSql } from "./CatalogSql.js"
+import { copyFromStdin, DatabaseMode, orDieOnDb, pgClientOf, withoutStatementTimeout } from "../Sql.js"
+import { copyStagingSql, createImportStagingSql, stageHooksSql, stagingCopyRows, upsertStagedHooksSql } from "./CatalogSql.js"
 import { HookCatalog } from "./HookCatalog.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
 import { type ImportFormat, isSpace, NotAHookArray, type Piece, splitterFor } from "./ImportSplitters.js"
@@ -61,6 +63,42 @@ const split = (run: () => Array<Piece>) =>
     }
   })
 
+/**
+ * The pg client of the current transaction when records can be staged with COPY: a network
+ * PostgreSQL (DatabaseMode says so; PGlite cannot COPY from the client). Else None: they are
+ * staged with json_populate_recordset.
+ */
+const copyClient = Effect.gen(function*() {
+  const mode = yield* Effect.serviceOption(DatabaseMode)
+  if (!Option.exists(mode, (database) => !database.embedded)) return Option.none()
+  const transaction = yield* Effect.serviceOption(SqlClient.TransactionConnection)
+  return Option.flatMap(transaction, ([connection]) => pgClientOf(connection))
+})
+
+/**
+ * Stages batches in the import's transaction (in its scope) with one statement in flight while the
+ * next batch is parsed and validated, so the database and this process work at the same time;
+ * `staged` waits for the last one. `onStaged` hears of each batch once it is in.
+ */
+const stagingPipeline = (sql: SqlClient.SqlClient, onStaged: (count: number) => void) => {
+  let inFlight: Fiber.Fiber<void, SqlError> | null = null
+  let queued = 0
+  let copyTo: Option.Option<Pg.ClientBase> | null = null
+  const staged = Effect.suspend(() => (inFlight === null ? Effect.void : Fiber.join(inFlight)))
+  const stage = (records: ReadonlyArray<HookRecord>) =>
+    Effect.gen(function*() {
+      copyTo ??= yield* copyClient
+      const seq = queued
+      queued += records.length
+      const write: Effect.Effect<void, SqlError> = Option.isSome(copyTo)
+        ? copyFromStdin(copyTo.value, copyStagingSql, Buffer.from(stagingCopyRows(records, seq)))
+        : Effect.asVoid(sql.unsafe(stageHooksSql, [JSON.stringify(records), seq]))
+      yield* staged
+      inFlight = yield* Effect.forkScoped(Effect.andThen(write, () => onStaged(records.length)))
+    })
+  return { stage, staged }
+}
+
 const bodyTooLarge = (maxBytes: number) =>
   new PayloadTooLarge({
     message: `The import body is larger than ${maxBytes} bytes (IMPORT_MAX_BODY_BYTES); nothing was imported. ` +
@@ -86,12 +124,14 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
 
     const progress = () => options.onProgress?.({ ...totals, rejected: rejectedCount })
 
-    const stage = Effect.gen(function*() {
-      if (batch.length === 0) return
-      yield* sql.unsafe(stageHooksSql, [JSON.stringify(batch), totals.staged])
-      totals.staged += batch.length
-      batch = []
+    const pipeline = stagingPipeline(sql, (count) => {
+      totals.staged += count
       progress()
+    })
+    const stage = Effect.suspend(() => {
+      const records = batch
+      batch = []
+      return records.length === 0 ? Effect.void : pipeline.stage(records)
     })
 
     const reject = (index: number, message: string) => {
@@ -129,11 +169,12 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
         }))
       yield* accept(yield* split(() => splitter.end()))
       yield* stage
+      yield* pipeline.staged
       if (totals.staged === 0) return
       const [written] = yield* sql.unsafe<{ inserted: number }>(upsertStagedHooksSql)
       totals.inserted = written.inserted
       totals.updated = totals.staged - written.inserted
-    }).pipe(sql.withTransaction, orDieOnDb)
+    }).pipe(Effect.scoped, sql.withTransaction, orDieOnDb)
     progress()
     return {
       object: "import_result",

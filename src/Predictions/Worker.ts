@@ -108,15 +108,22 @@ export const WorkerLive = Layer.scopedDiscard(
         })
       )
 
+    /**
+     * Claims one job and works it; false when the queue is empty. A job claimed is always worked
+     * or handed back: an interruption (shutdown) that comes while the claim runs waits until
+     * `work`, and with it the hand-back, is in place. Otherwise a worker stopped mid-claim left
+     * its job 'running' until the heartbeat timeout, e.g. the job another worker of the same
+     * server had just handed back.
+     */
+    const claimAndWork = Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(jobs.claimNextJob(workerId), (job) => Option.isNone(job) ? Effect.succeed(false) : Effect.as(restore(work(job.value)), true))
+    )
+
     /** Claims and runs jobs until the queue is empty; true when at least one ran. */
     const drain = Effect.gen(function*() {
       let ran = false
-      while (true) {
-        const job = yield* jobs.claimNextJob(workerId)
-        if (Option.isNone(job)) return ran
-        ran = true
-        yield* work(job.value)
-      }
+      while (yield* claimAndWork) ran = true
+      return ran
     })
 
     const workerLoop = Effect.gen(function*() {
