@@ -131,7 +131,6 @@ export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
     const openSecrets = openSecretsWith(box)
     const sendTest = makeTestSend({ repo, attempts, rules, openSecrets })
 
-
     const get = tracedFn("Webhooks.get", Effect.fnUntraced(function*(accountId: string) {
       return Option.match(yield* repo.findWebhook(accountId), {
         onNone: (): Webhook => ({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null }),
