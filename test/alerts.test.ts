@@ -12,7 +12,14 @@ import { Webhook as StandardWebhook } from "standardwebhooks"
 import { Ledger, type Operation } from "../src/Ledger/Ledger.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { eventually } from "./support/receiver.js"
-import { ledgerState, type TestServer, type WebhookSecretBody } from "./support/server.js"
+import {
+  ledgerState,
+  type TestServer,
+  type WalletAlertBody,
+  type WalletEventData,
+  type WebhookEvent,
+  type WebhookSecretBody
+} from "./support/server.js"
 import { type WebhookFixture, webhookFixture } from "./support/webhookFixture.js"
 
 const env: Record<string, string> = {
@@ -23,23 +30,7 @@ const env: Record<string, string> = {
   WEBHOOK_SECRET_KEY: randomBytes(32).toString("base64url")
 }
 
-interface AlertBody {
-  readonly object: "wallet_alert"
-  readonly threshold: number | null
-  readonly armed: boolean
-}
-
-interface WalletEvent {
-  readonly id: string
-  readonly type: string
-  readonly data: {
-    readonly object: "wallet"
-    readonly monthly_balance: number
-    readonly topup_balance: number
-    readonly monthly_period_end: string | null
-    readonly low_balance_threshold: number | null
-  }
-}
+type WalletEvent = WebhookEvent<"wallet.low_balance" | "wallet.depleted", WalletEventData>
 
 const fixture = webhookFixture(env)
 let server: TestServer
@@ -62,7 +53,7 @@ const alerted = async (topup: number, threshold: number | null, events?: Readonl
   })
   expect(put.status).toBe(200)
   if (threshold !== null) {
-    const set = await server.request<AlertBody>("/v1/wallet/alert", { method: "PUT", key: account.key, body: { threshold } })
+    const set = await server.request<WalletAlertBody>("/v1/wallet/alert", { method: "PUT", key: account.key, body: { threshold } })
     expect(set.status).toBe(200)
   }
   return { ...account, target, secret: put.body.secret }
@@ -92,7 +83,7 @@ const walletEvents = async (accountId: string) => {
 describe("wallet.low_balance", () => {
   test("sent once when a debit crosses below the threshold, signed; not again until a grant re-arms it", async () => {
     const { accountId, key, target, secret } = await alerted(12, 10)
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body).toEqual({ object: "wallet_alert", threshold: 10, armed: true })
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body).toEqual({ object: "wallet_alert", threshold: 10, armed: true })
 
     expect(await spend(accountId, 2, 2)).toBe(true) // 10: at the threshold, not below
     expect(await walletEvents(accountId)).toEqual([])
@@ -100,7 +91,7 @@ describe("wallet.low_balance", () => {
     expect(await spend(accountId, 1, 1)).toBe(true) // 8: still below, no second event
     const events = await walletEvents(accountId)
     expect(events.map((e) => [e.type, e.data.topup_balance, e.data.low_balance_threshold])).toEqual([["wallet.low_balance", 9, 10]])
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
 
     await eventually("the low-balance event delivered", () => target.requests.length === 1)
     const verified = new StandardWebhook(secret).verify(target.requests[0].body, target.requests[0].headers) as WalletEvent
@@ -109,9 +100,9 @@ describe("wallet.low_balance", () => {
 
     // A grant that stays below does not re-arm; one that reaches the threshold does.
     await grant(accountId, 1)
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
     await grant(accountId, 5)
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(true)
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(true)
     expect(await spend(accountId, 5, 5)).toBe(true)
     expect((await walletEvents(accountId)).map((e) => e.data.topup_balance)).toEqual([9, 9])
   })
@@ -148,11 +139,11 @@ describe("wallet.low_balance", () => {
     const { accountId, key } = await server.account({ plan: "pro" }) // 1,000 monthly credits
     await server.request("/v1/wallet/alert", { method: "PUT", key, body: { threshold: 999 } })
     expect(await spend(accountId, 2, 2)).toBe(true)
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
     await server.db.query("UPDATE wallets SET monthly_period_end = now() - interval '1 second' WHERE account_id = $1", [accountId])
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body.armed).toBe(false)
     expect((await server.request("/v1/wallet", { key })).status).toBe(200) // applies the rollover
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body).toEqual({ object: "wallet_alert", threshold: 999, armed: true })
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body).toEqual({ object: "wallet_alert", threshold: 999, armed: true })
   })
 
   test("a webhook that did not select wallet events gets none; without a threshold nothing is sent", async () => {
@@ -160,20 +151,20 @@ describe("wallet.low_balance", () => {
     expect(await spend(selective.accountId, 5, 5)).toBe(true)
     expect(await walletEvents(selective.accountId)).toEqual([])
     const unset = await alerted(12, null)
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key: unset.key })).body).toEqual({ object: "wallet_alert", threshold: null, armed: false })
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key: unset.key })).body).toEqual({ object: "wallet_alert", threshold: null, armed: false })
     expect(await spend(unset.accountId, 5, 5)).toBe(true)
     expect(await walletEvents(unset.accountId)).toEqual([])
   })
 
   test("a threshold set while already below is not armed; DELETE removes it; bad thresholds are 422; plan loss keeps GET", async () => {
     const { accountId, key } = await alerted(5, null)
-    const set = await server.request<AlertBody>("/v1/wallet/alert", { method: "PUT", key, body: { threshold: 10 } })
+    const set = await server.request<WalletAlertBody>("/v1/wallet/alert", { method: "PUT", key, body: { threshold: 10 } })
     expect(set.body).toEqual({ object: "wallet_alert", threshold: 10, armed: false })
     for (const body of [{ threshold: 0 }, { threshold: -5 }, { threshold: 1.5 }, { threshold: "10" }, {}, { threshold: 10, extra: true }]) {
       expectEnvelope(await server.request("/v1/wallet/alert", { method: "PUT", key, body }), 422, "validation_error")
     }
-    expect((await server.request<AlertBody>("/v1/wallet/alert", { key })).body.threshold).toBe(10)
-    const cleared = await server.request<AlertBody>("/v1/wallet/alert", { method: "DELETE", key })
+    expect((await server.request<WalletAlertBody>("/v1/wallet/alert", { key })).body.threshold).toBe(10)
+    const cleared = await server.request<WalletAlertBody>("/v1/wallet/alert", { method: "DELETE", key })
     expect(cleared.body).toEqual({ object: "wallet_alert", threshold: null, armed: false })
     expectEnvelope(await server.request("/v1/wallet/alert"), 401, "invalid_api_key")
 

@@ -5,7 +5,6 @@ import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import { Webhook as StandardWebhook } from "standardwebhooks"
 import { makeHooklineClient } from "../src/client.js"
-import type { Prediction } from "../src/Predictions/Api.js"
 import { type PredictionEventType, Webhooks } from "../src/Webhooks/Webhooks.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { eventually } from "./support/receiver.js"
@@ -20,7 +19,7 @@ import {
   type WebhookDeliveryPage,
   type WebhookSecretBody
 } from "./support/server.js"
-import { type WebhookFixture, webhookFixture } from "./support/webhookFixture.js"
+import { samplePrediction, type WebhookFixture, webhookFixture } from "./support/webhookFixture.js"
 
 const env: Record<string, string> = {
   WEBHOOK_ALLOW_PRIVATE: "true",
@@ -33,17 +32,6 @@ const env: Record<string, string> = {
   WEBHOOK_SECRET_KEY: randomBytes(32).toString("base64url")
 }
 
-const prediction = (): Prediction => ({
-  object: "prediction",
-  id: `pred_${randomBytes(16).toString("hex")}`,
-  status: "succeeded",
-  created_at: "2026-11-22T14:28:55.123Z",
-  completed_at: "2026-11-22T14:29:10.456Z",
-  input: { duration_sec: 21.5 },
-  result: { band: "medium", hook_duration_sec: 2.25, category: null },
-  error: null
-})
-
 const fixture = webhookFixture(env)
 let server: TestServer
 let runtime: WebhookFixture["runtime"]
@@ -55,7 +43,7 @@ beforeAll(() => {
 
 /** Writes an event into the outbox as the predictions room does; the delivery id, or null when not recorded. */
 const enqueue = (accountId: string, type: PredictionEventType = "prediction.succeeded", on = runtime) =>
-  on.runPromise(Effect.flatMap(Webhooks, (webhooks) => webhooks.enqueueEvent(accountId, type, prediction())))
+  on.runPromise(Effect.flatMap(Webhooks, (webhooks) => webhooks.enqueueEvent(accountId, type, samplePrediction())))
 
 const withWebhook = async (url: string, events?: ReadonlyArray<string>) => {
   const account = await server.account()

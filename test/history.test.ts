@@ -19,6 +19,7 @@ import {
   type TestServer,
   type TransactionBody,
   type TransactionPage,
+  type UsageBody,
   type WalletBody
 } from "./support/server.js"
 
@@ -384,22 +385,6 @@ describe("the credit history", () => {
     expect((response.body as ErrorBody).error.type).toBe("not_found")
   })
 })
-
-interface UsageAmounts {
-  readonly spent: number
-  readonly refunded: number
-  readonly granted: number
-  readonly expired: number
-  readonly net: number
-}
-interface UsageBody {
-  readonly object: "usage_summary"
-  readonly from: string
-  readonly to: string
-  readonly group_by: "day" | "operation"
-  readonly data: ReadonlyArray<UsageAmounts & { readonly key: string }>
-  readonly totals: UsageAmounts
-}
 
 const usage = (key: string, query = "") => server.request<UsageBody>(`/v1/wallet/usage${query}`, { key })
 

@@ -15,6 +15,8 @@ import { expectEnvelope } from "./support/envelope.js"
 import {
   type AccountBody,
   type ApiKeyBody,
+  type ErrorBody,
+  type HookPage,
   ledgerState,
   type PredictionBody,
   startTestServer,
@@ -107,7 +109,7 @@ describe("q length", () => {
     expect(ok.headers.get("x-credits-charged")).toBe("0")
     const tooLong = await server.request(`/v1/hooks/search?q=${encodeURIComponent("😀".repeat(201))}`, { key })
     expectEnvelope(tooLong, 422, "validation_error")
-    expect((tooLong.body as { error: { message: string } }).error.message).toContain("200 characters")
+    expect((tooLong.body as ErrorBody).error.message).toContain("200 characters")
     const ascii = await server.request(`/v1/hooks/search?q=${"a".repeat(201)}`, { key })
     expectEnvelope(ascii, 422, "validation_error")
     await expectUntouched(accountId, 10)
@@ -193,14 +195,14 @@ describe("admin credits", () => {
         headers: { "content-type": "application/json" }
       })
       expectEnvelope(refused, 422, "validation_error")
-      expect((refused.body as { error: { message: string } }).error.message).toContain("amount")
+      expect((refused.body as ErrorBody).error.message).toContain("amount")
     }
     // The largest amount is taken once; a second grant that would overflow the balance is 422.
     const max = Number.MAX_SAFE_INTEGER
     expect((await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: max } })).status).toBe(200)
     const overflow = await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 1 } })
     expectEnvelope(overflow, 422, "validation_error")
-    expect((overflow.body as { error: { message: string } }).error.message).toContain("balance")
+    expect((overflow.body as ErrorBody).error.message).toContain("balance")
     const account = await server.admin<AccountBody>(`/admin/accounts/${accountId}`)
     expect(account.body.wallet.topup_balance).toBe(max)
     await expectUntouched(accountId, 10 + max)
@@ -223,7 +225,7 @@ describe("failed /admin authentication", () => {
       for (let i = 0; i < 5; i++) {
         const refused = await fetch(`${limited.url}/admin/accounts/acct_x`, { headers: { authorization: `Bearer wrong-${i}` } })
         statuses.push(refused.status)
-        const body = await refused.json() as { error: { type: string } }
+        const body = await refused.json() as ErrorBody
         expect(body.error.type).toBe(refused.status === 401 ? "invalid_api_key" : "rate_limit_exceeded")
         if (refused.status === 429) expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0)
       }
@@ -380,12 +382,12 @@ describe("the substring fallback (a q with no searchable word)", () => {
         ).join("\n")
       })
       expect(imported.status).toBe(200)
-      const page = await narrow.request<{ data: ReadonlyArray<{ text: string }> }>(`/v1/hooks/search?q=${encodeURIComponent("the_%and")}`, { key })
+      const page = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("the_%and")}`, { key })
       expect(page.status).toBe(200)
       expect(page.body.data.map((hook) => hook.text)).toEqual(["Odd: the_%and again", "Start: the_%and finish"])
       expect(page.headers.get("x-credits-charged")).toBe("1")
       // No trigram in the pattern: the plain scan finds it all the same.
-      const symbols = await narrow.request<{ data: ReadonlyArray<{ text: string }> }>(`/v1/hooks/search?q=${encodeURIComponent("_%")}`, { key })
+      const symbols = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("_%")}`, { key })
       expect(symbols.body.data.map((hook) => hook.text)).toEqual(["Odd: the_%and again", "Start: the_%and finish"])
       const state = await ledgerState(narrow.db, accountId)
       expect(state.monthly + state.topup).toBe(18)

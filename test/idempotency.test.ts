@@ -445,7 +445,7 @@ describe("keys in Postgres", () => {
     let first: Response<WalletBody> | undefined
     const before = await startTestServer(env, { databaseUrl })
     try {
-      accountId = (await before.request<{ id: string }>("/admin/accounts", {
+      accountId = (await before.request<AccountBody>("/admin/accounts", {
         method: "POST",
         key: env.ADMIN_TOKEN,
         body: { plan: "pro", topup_balance: 0 }

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test"
 import Pg from "pg"
 import { adminClient, type Deployment, deployment, type ServerProcess, smallClip, spawnServer, submitClip } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
-import { createDatabase, dropDatabase, ledgerState, testPool, type UploadLink } from "./support/server.js"
+import { createDatabase, dropDatabase, type HookPage, ledgerState, testPool, type UploadLink } from "./support/server.js"
 
 let shared: Deployment
 let db: Pg.Pool
@@ -125,7 +125,7 @@ test("two processes on one database: each job runs once, each delivery attempt i
     ...Array.from({ length: 6 }, async (_, i) => {
       const server = servers[i % 2]
       const page = await metered(server, account.accountId, account.key, `/v1/hooks/search?q=${word}`)
-      const hookId = (page.body as { data: Array<{ id: string }> }).data[i].id
+      const hookId = (page.body as HookPage).data[i].id
       await metered(servers[(i + 1) % 2], account.accountId, account.key, `/v1/hooks/${hookId}`)
       await metered(server, account.accountId, account.key, "/v1/hooks/list?category=fitness")
     })

@@ -14,7 +14,16 @@ import { ffmpegPath } from "./support/clips.js"
 import { collectSpans } from "./support/spans.js"
 import { startReceiver } from "./support/receiver.js"
 import { adminClient, deployment, spawnServer } from "./support/process.js"
-import { createDatabase, dropDatabase, ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import {
+  createDatabase,
+  dropDatabase,
+  ledgerState,
+  startTestServer,
+  type TestServer,
+  type UploadLink,
+  type WebhookSecretBody,
+  type WebhookTestBody
+} from "./support/server.js"
 
 /**
  * Waits for a condition the server reaches just after it answers (the span ends and the access
@@ -195,7 +204,7 @@ describe("tracing", () => {
     expect(made.exitCode).toBe(0)
     const before = await scrape()
 
-    const link = await server.request<{ upload_url: string; prediction_id: string }>("/v1/predict/upload", {
+    const link = await server.request<UploadLink>("/v1/predict/upload", {
       method: "POST",
       key: account.key
     })
@@ -396,13 +405,13 @@ describe("metrics", () => {
   })
 
   test("webhook attempts are counted by outcome", async () => {
-    const put = await server.request<{ secret: string }>("/v1/webhooks", { method: "PUT", key: account.key, body: { url: receiver.url } })
+    const put = await server.request<WebhookSecretBody>("/v1/webhooks", { method: "PUT", key: account.key, body: { url: receiver.url } })
     expect(put.status).toBe(200)
     const before = await scrape()
     receiver.answer(200)
-    expect((await server.request<{ delivered: boolean }>("/v1/webhooks/test", { method: "POST", key: account.key })).body.delivered).toBe(true)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key: account.key })).body.delivered).toBe(true)
     receiver.answer(500)
-    expect((await server.request<{ status_code: number }>("/v1/webhooks/test", { method: "POST", key: account.key })).body.status_code).toBe(500)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key: account.key })).body.status_code).toBe(500)
     receiver.answer(200)
     const after = await scrape()
     const delta = (outcome: string) =>

@@ -981,7 +981,7 @@ describe("embedded mode (PGlite: one connection, no LISTEN/NOTIFY)", () => {
       expectReceived(await putClip(`${base}${new URL(link.upload_url).pathname}`, clips.cutWebm), link)
       const done = await waitFor("the clip to be scored", async () => {
         const prediction = await fetch(`${base}/v1/predict/${link.prediction_id}`, { headers: { authorization: `Bearer ${key}` } })
-        const body = (await prediction.json()) as { status: string; result: { hook_duration_sec: number } | null }
+        const body = (await prediction.json()) as PredictionBody
         return body.status === "succeeded" || body.status === "failed" ? body : undefined
       })
       expect(done.status).toBe("succeeded")

@@ -8,7 +8,15 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import Pg from "pg"
 import { adminClient, type Deployment, deployment, gatedProbe, type GatedProbe, smallClip, spawnServer, submitClip } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
-import { adminDatabaseUrl, createDatabase, dropDatabase, startTestServer, testPool } from "./support/server.js"
+import {
+  adminDatabaseUrl,
+  createDatabase,
+  dropDatabase,
+  type ErrorBody,
+  startTestServer,
+  testPool,
+  type WebhookTestBody
+} from "./support/server.js"
 
 let databaseUrl: string
 let shared: Deployment
@@ -71,7 +79,7 @@ describe("graceful shutdown", () => {
 
     // A slow request in flight: the synchronous test delivery waits for the receiver's answer.
     hooks.hang(true)
-    const inFlight = server.request<{ object: string; delivered: boolean; status_code: number | null }>(
+    const inFlight = server.request<WebhookTestBody>(
       "/v1/webhooks/test",
       { method: "POST", key }
     )
@@ -81,7 +89,7 @@ describe("graceful shutdown", () => {
 
     // New requests are refused with the envelope while the one in flight runs.
     const refused = await eventually("a new request is refused", async () => {
-      const answer = await server.request<{ error: { type: string; message: string; request_id: string } }>("/v1/wallet", { key })
+      const answer = await server.request<ErrorBody>("/v1/wallet", { key })
       return answer.status === 200 ? undefined : answer
     })
     expect(refused.status).toBe(503)

@@ -20,6 +20,7 @@ import { type PredictionEventType, Webhooks } from "../src/Webhooks/Webhooks.js"
 import { ffmpegPath } from "./support/clips.js"
 import { closedPortUrl, eventually, type ReceivedRequest, type Receiver, startReceiver } from "./support/receiver.js"
 import { servicesRuntime } from "./support/runtime.js"
+import { samplePrediction } from "./support/webhookFixture.js"
 import {
   type ErrorBody,
   type PredictionBody,
@@ -48,17 +49,6 @@ const env: Record<string, string> = {
   PUBLIC_BASE_URL: "https://api.hookline.example"
 }
 
-const prediction = (status: "succeeded" | "failed" = "succeeded"): Prediction => ({
-  object: "prediction",
-  id: `pred_${randomBytes(16).toString("hex")}`,
-  status,
-  created_at: "2026-11-22T14:28:55.123Z",
-  completed_at: "2026-11-22T14:29:10.456Z",
-  input: { duration_sec: 21.5 },
-  result: status === "succeeded" ? { band: "medium", hook_duration_sec: 2.25, category: null } : null,
-  error: status === "failed" ? { type: "analysis_failed", message: "The clip could not be analysed." } : null
-})
-
 /** Verifies a received request with the third-party Standard Webhooks verifier. */
 const verify = (secret: string, request: ReceivedRequest, body = request.body): unknown =>
   new StandardWebhook(secret).verify(body, request.headers)
@@ -76,7 +66,7 @@ const verifies = (secret: string, request: ReceivedRequest, body = request.body)
 const outbox = (server: TestServer) => {
   const runtime = servicesRuntime(server.databaseUrl, { ...env, DATA_DIR: server.dataDir })
   return {
-    enqueue: (accountId: string, type: PredictionEventType = "prediction.succeeded", data: Prediction = prediction()) =>
+    enqueue: (accountId: string, type: PredictionEventType = "prediction.succeeded", data: Prediction = samplePrediction()) =>
       runtime.runPromise(Effect.flatMap(Webhooks, (webhooks) => webhooks.enqueueEvent(accountId, type, data))),
     /** Enqueues inside a transaction that then rolls back. */
     enqueueAndRollBack: (accountId: string) =>
@@ -85,7 +75,7 @@ const outbox = (server: TestServer) => {
           const sql = yield* SqlClient.SqlClient
           const webhooks = yield* Webhooks
           yield* Effect.gen(function*() {
-            yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", prediction())
+            yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
             return yield* Effect.fail("the state change failed")
           }).pipe(sql.withTransaction, Effect.ignore)
         })
@@ -385,7 +375,7 @@ describe("delivery from the outbox", () => {
   test("an event is delivered once, verified by the Standard Webhooks verifier; a tampered body fails", async () => {
     const target = receiver()
     const { accountId, secret } = await withWebhook(target.url)
-    const data = prediction("succeeded")
+    const data = samplePrediction("succeeded")
     const deliveryId = await events.enqueue(accountId, "prediction.succeeded", data)
     expect(deliveryId).toMatch(/^dlv_[0-9a-f]{32}$/)
     const row = await delivered(server, deliveryId!)
@@ -441,7 +431,7 @@ describe("delivery from the outbox", () => {
   test("a prediction.failed event carries the failed prediction", async () => {
     const target = receiver()
     const { accountId, secret } = await withWebhook(target.url)
-    const data = prediction("failed")
+    const data = samplePrediction("failed")
     const deliveryId = await events.enqueue(accountId, "prediction.failed", data)
     await delivered(server, deliveryId!)
     expect(verify(secret, target.requests[0])).toMatchObject({ type: "prediction.failed", data })
@@ -703,7 +693,7 @@ describe("embedded mode", () => {
           const account = yield* (yield* Accounts).create({ plan: "pro" })
           const webhooks = yield* Webhooks
           const created = yield* webhooks.set(account.id, target.url)
-          const deliveryId = yield* webhooks.enqueueEvent(account.id, "prediction.succeeded", prediction())
+          const deliveryId = yield* webhooks.enqueueEvent(account.id, "prediction.succeeded", samplePrediction())
           return { secret: created.secret ?? "", deliveryId }
         })
       )

@@ -13,7 +13,7 @@
 import { Either } from "effect"
 import { randomUUID } from "node:crypto"
 import Pg from "pg"
-import { deliveriesChannel } from "../../src/Webhooks/Webhooks.js"
+import { deliveriesChannel } from "../../src/Webhooks/Repo.js"
 import { makeSecretBox } from "../../src/Webhooks/SecretBox.js"
 import { signatureHeaders } from "../../src/Webhooks/Signing.js"
 
@@ -28,7 +28,7 @@ interface ClaimedRow {
   readonly secret_ciphertext: string | null
 }
 
-/** src/Webhooks/Dispatcher.ts `claim`. */
+/** src/Webhooks/Repo.ts `claimDueDeliveries`. */
 const claimSql = `
         WITH due AS (
           SELECT id, account_id FROM webhook_deliveries
@@ -48,7 +48,7 @@ const claimSql = `
                   CASE WHEN w.previous_secret_expires_at > now() THEN w.previous_secret_ciphertext END
                     AS previous_secret_ciphertext`
 
-/** src/Webhooks/Dispatcher.ts `record`, for a delivered attempt. */
+/** src/Webhooks/Repo.ts `recordAttempt`, for a delivered attempt. */
 const recordSql = `
         WITH attempt AS (
           INSERT INTO webhook_attempts (delivery_id, attempt, dispatcher, status_code, duration_ms, error)

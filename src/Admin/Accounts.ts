@@ -11,6 +11,14 @@ import { Webhooks } from "../Webhooks/Webhooks.js"
 import type { Account, CreateAccount, UpdateAccount } from "./Api.js"
 import { AccountsRepo } from "./Repo.js"
 
+/** A monthly grant is the plan's own, except on the plans that set their own (invite, complimentary, custom). */
+const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
+  monthlyGrant !== undefined && planRules[plan].monthlyGrant !== null && planRules[plan].monthlyGrant !== monthlyGrant
+    ? new ValidationFailed({
+      message: `monthly_grant: plan ${plan} grants ${planRules[plan].monthlyGrant} credits a month; only invite, complimentary and custom arrangements set their own.`
+    })
+    : Effect.void
+
 export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -39,13 +47,6 @@ export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
           wallet
         } satisfies Account
       })
-
-    const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
-      monthlyGrant !== undefined && planRules[plan].monthlyGrant !== null && planRules[plan].monthlyGrant !== monthlyGrant
-        ? new ValidationFailed({
-          message: `monthly_grant: plan ${plan} grants ${planRules[plan].monthlyGrant} credits a month; only invite, complimentary and custom arrangements set their own.`
-        })
-        : Effect.void
 
     const create = (input: CreateAccount) =>
       Effect.gen(function*() {

@@ -2,6 +2,7 @@ import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option, Redacted } from "effect"
 import { HooklineApi } from "../Api.js"
 import { Auth } from "../Auth/Auth.js"
+import { bearerToken } from "../Auth/Bearer.js"
 import { Secrets } from "../Config.js"
 import { InvalidApiKey, NotFound, RequestId } from "../Errors.js"
 import { HookCatalog } from "../Hooks/HookCatalog.js"
@@ -27,8 +28,8 @@ export const AdminAuthenticationLive = Layer.effect(
           const request = yield* HttpServerRequest.HttpServerRequest
           // With a real database and no ADMIN_TOKEN the admin API does not exist.
           if (secrets.adminToken === null) return yield* new NotFound({ message: "No route for this request." })
-          const match = /^Bearer (\S+)$/.exec(request.headers["authorization"] ?? "")
-          if (match === null || !sameSecret(match[1], Redacted.value(secrets.adminToken))) {
+          const token = bearerToken(request.headers["authorization"])
+          if (token === null || !sameSecret(token, Redacted.value(secrets.adminToken))) {
             // Counted with /v1's failures per client address: guessing the token is limited too.
             yield* rateLimits.failedAuthentication(Option.getOrElse(request.remoteAddress, () => "unknown"))
             return yield* new InvalidApiKey({ message: "Missing or invalid admin token." })

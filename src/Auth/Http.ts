@@ -4,27 +4,22 @@
  * access or missing scope → 403 api_not_enabled; then the rate limit → 429. Input validation
  * and credit reserves come after, in the endpoint.
  */
-import { HttpApiEndpoint, HttpApp, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Context, Effect, Layer, Option } from "effect"
-import { HooklineApi } from "../Api.js"
+import { routeKey, routeTable } from "../ApiRoutes.js"
 import { AccountSuspended, ApiNotEnabled, InvalidApiKey } from "../Errors.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { ClientAddress } from "../System/Server.js"
 import { AccessRule, type AccessRuleValue, Authentication } from "./Api.js"
 import { Auth, apiKeyPattern } from "./Auth.js"
+import { bearerToken } from "./Bearer.js"
 import { hasApiAccess } from "./Plans.js"
 
 /** Every endpoint's access rule, keyed by the route the router matched. */
-const accessRules: ReadonlyMap<string, AccessRuleValue> = (() => {
-  const rules = new Map<string, AccessRuleValue>()
-  for (const group of Object.values(HooklineApi.groups)) {
-    for (const endpoint of Object.values(group.endpoints) as ReadonlyArray<HttpApiEndpoint.HttpApiEndpoint.AnyWithProps>) {
-      Option.map(Context.getOption(endpoint.annotations, AccessRule), (rule) => rules.set(`${endpoint.method} ${endpoint.path}`, rule))
-    }
-  }
-  return rules
-})()
+const accessRules: ReadonlyMap<string, AccessRuleValue> = routeTable((endpoint) =>
+  Context.getOption(endpoint.annotations, AccessRule)
+)
 
 const invalidKey = (message: string) => new InvalidApiKey({ message })
 
@@ -61,13 +56,12 @@ export const AuthenticationLive = Layer.effect(
           if (header === undefined || header === "") {
             return yield* refuse("Missing API key: send Authorization: Bearer <key>.")
           }
-          // The scheme name is case-insensitive (RFC 9110 §11.1).
-          const match = /^bearer +(\S+)$/i.exec(header)
-          if (match === null) return yield* refuse("Malformed Authorization header: expected Authorization: Bearer hkl_live_<key>.")
-          if (!apiKeyPattern.test(match[1])) {
+          const token = bearerToken(header)
+          if (token === null) return yield* refuse("Malformed Authorization header: expected Authorization: Bearer hkl_live_<key>.")
+          if (!apiKeyPattern.test(token)) {
             return yield* refuse("Malformed API key: expected Authorization: Bearer hkl_live_<key>.", "invalid_token")
           }
-          const owner = yield* auth.findKey(match[1])
+          const owner = yield* auth.findKey(token)
           if (Option.isNone(owner)) return yield* refuse("Unknown or revoked API key.", "invalid_token")
           const key = owner.value
           yield* annotateRequestSpan(SpanAttributes.accountId, key.accountId)
@@ -75,7 +69,7 @@ export const AuthenticationLive = Layer.effect(
           if (key.suspended) return yield* new AccountSuspended({ message: "This account is suspended." })
 
           const route = yield* HttpRouter.RouteContext
-          const rule = accessRules.get(`${route.route.method} ${route.route.path}`)
+          const rule = accessRules.get(routeKey(route.route.method, route.route.path))
           if (rule === undefined) return yield* Effect.dieMessage(`No access rule for ${route.route.method} ${route.route.path}`)
           if (!rule.openWithoutApiAccess && !hasApiAccess(key.plan)) {
             return yield* new ApiNotEnabled({ message: `The ${key.plan} plan has no API access.` })

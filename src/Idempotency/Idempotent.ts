@@ -26,7 +26,6 @@
  * to the real response.
  */
 import {
-  HttpApiEndpoint,
   HttpApiSchema,
   HttpApp,
   HttpRouter,
@@ -34,23 +33,18 @@ import {
   HttpServerResponse
 } from "@effect/platform"
 import { Duration, Effect, Exit, Fiber, FiberRef, Option, Schema } from "effect"
-import { HooklineApi } from "../Api.js"
+import { routeKey, routeTable } from "../ApiRoutes.js"
 import { CurrentCaller } from "../Auth/Api.js"
+import { bearerToken } from "../Auth/Bearer.js"
 import { RequestId, ValidationFailed } from "../Errors.js"
 import { sha256Hex } from "../Ids.js"
 import { idempotencyKeyPattern, idempotencyKeyRule } from "./Api.js"
 import { Idempotency, type KeyRequest, type StoredAnswer } from "./Idempotency.js"
 
 /** Every endpoint's success schema, keyed by the route the router matched. */
-const successSchemas: ReadonlyMap<string, Schema.Schema<unknown, unknown>> = (() => {
-  const schemas = new Map<string, Schema.Schema<unknown, unknown>>()
-  for (const group of Object.values(HooklineApi.groups)) {
-    for (const endpoint of Object.values(group.endpoints) as ReadonlyArray<HttpApiEndpoint.HttpApiEndpoint.AnyWithProps>) {
-      schemas.set(`${endpoint.method} ${endpoint.path}`, endpoint.successSchema as Schema.Schema<unknown, unknown>)
-    }
-  }
-  return schemas
-})()
+const successSchemas: ReadonlyMap<string, Schema.Schema<unknown, unknown>> = routeTable((endpoint) =>
+  Option.some(endpoint.successSchema as Schema.Schema<unknown, unknown>)
+)
 
 /** JSON with object keys sorted at every level, so equal parameters give equal text. */
 const canonicalJson = (value: unknown): string =>
@@ -80,9 +74,9 @@ const mismatch = (method: string, path: string) =>
 const scopeOf = (request: HttpServerRequest.HttpServerRequest) =>
   Effect.map(Effect.serviceOption(CurrentCaller), (caller) => {
     if (Option.isSome(caller)) return Option.some(`key:${caller.value.keyId}`)
-    const token = /^Bearer (\S+)$/.exec(request.headers["authorization"] ?? "")
+    const token = bearerToken(request.headers["authorization"])
     return token !== null && request.url.startsWith("/admin/")
-      ? Option.some(`admin:${sha256Hex(token[1]).slice(0, 32)}`)
+      ? Option.some(`admin:${sha256Hex(token).slice(0, 32)}`)
       : Option.none()
   })
 
@@ -104,7 +98,7 @@ export const idempotent = <A, E, R>(
     const scope = yield* scopeOf(request)
     if (Option.isNone(scope)) return yield* Effect.dieMessage(`idempotent() used on an unauthenticated route ${request.url}`)
     const route = yield* HttpRouter.RouteContext
-    const success = successSchemas.get(`${route.route.method} ${route.route.path}`)
+    const success = successSchemas.get(routeKey(route.route.method, route.route.path))
     if (success === undefined) return yield* Effect.dieMessage(`No endpoint for ${route.route.method} ${route.route.path}`)
     const store = yield* Idempotency
     const keyRequest: KeyRequest = {

@@ -11,7 +11,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { newId } from "../Ids.js"
-import { traced } from "../Observability/Tracing.js"
+import { statementAtBoundary } from "../Repository.js"
 import { StatementRunner } from "../StatementRunner.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
@@ -78,8 +78,7 @@ const NewPeriod = Schema.Struct({ accountId: AccountId, monthlyGrant: Schema.Int
  * Database and decoding failures are defects at the repository's edge; each statement is a span
  * in a traced request (an untraced one pays for no span).
  */
-const boundary = <I, A, E, R>(name: string, statement: (input: I) => Effect.Effect<A, E, R>) => (input: I) =>
-  statement(input).pipe(Effect.orDie, traced(`LedgerRepo.${name}`))
+const boundary = statementAtBoundary("LedgerRepo")
 
 /** StatementRunner: the hot statements skip @effect/sql's per-statement scope outside transactions. */
 type Run = Effect.Effect.Success<typeof StatementRunner>

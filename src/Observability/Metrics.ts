@@ -9,11 +9,12 @@
  * Labels hold bounded values only: route templates, statuses, operations, outcomes. Never an
  * account, a key or a raw path.
  */
-import { SqlClient } from "@effect/sql"
-import { Clock, Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricKeyType, MetricLabel, MetricState, Option } from "effect"
-import type { MetricPair } from "effect"
+import { Config, Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricLabel } from "effect"
 import { JobsRepo } from "../Predictions/JobsRepo.js"
+import { currentDate } from "../Repository.js"
 import { DbPool, orDieOnDb } from "../Sql.js"
+import { WebhooksRepo } from "../Webhooks/Repo.js"
+import { renderPrometheus } from "./Prometheus.js"
 
 export const MetricsConfig = Config.all({
   /** Bearer token GET /metrics requires; unset (or empty): /metrics is not served on the API port. */
@@ -172,23 +173,20 @@ const predictionStates = ["awaiting_upload", "queued", "running", "succeeded", "
 
 export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const pool = yield* DbPool
     const jobsRepo = yield* JobsRepo
     const config = yield* MetricsConfig
+    const webhooksRepo = yield* WebhooksRepo
 
     const readQueues = Effect.gen(function*() {
-      const oldestQueued = yield* Effect.flatMap(Clock.currentTimeMillis, (now) => jobsRepo.oldestQueuedSeconds(new Date(now)))
-      const [queues] = yield* sql<{ deliveries: number; oldest_due: number }>`
-        SELECT
-          (SELECT count(*)::int FROM webhook_deliveries WHERE status = 'pending') AS deliveries,
-          COALESCE((SELECT extract(epoch FROM now() - min(next_attempt_at))::float8
-                      FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()), 0) AS oldest_due`
+      const now = yield* currentDate
+      const oldestQueued = yield* jobsRepo.oldestQueuedSeconds(now)
+      const outbox = yield* webhooksRepo.outboxBacklog(now)
       return {
         jobs: yield* jobsRepo.countByStatus(),
-        deliveries: queues?.deliveries ?? 0,
+        deliveries: outbox.pending,
         oldestQueuedSeconds: Math.max(0, oldestQueued),
-        oldestDueSeconds: Math.max(0, queues?.oldest_due ?? 0)
+        oldestDueSeconds: Math.max(0, outbox.oldest_due_ms / 1000)
       }
     }).pipe(orDieOnDb)
 
@@ -222,78 +220,5 @@ export class Metrics extends Effect.Service<Metrics>()("hookline/Metrics", {
 
     return { config, scrape } as const
   }),
-  dependencies: [JobsRepo.Default]
+  dependencies: [JobsRepo.Default, WebhooksRepo.Default]
 }) {}
-
-/** The content type of the Prometheus text exposition format. */
-export const prometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
-
-const escapeLabel = (value: string) => value.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"')
-const escapeHelp = (value: string) => value.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")
-const metricName = (name: string) => name.replace(/[^a-zA-Z0-9_:]/g, "_").replace(/^([0-9])/, "_$1")
-const formatNumber = (value: number | bigint) =>
-  typeof value === "bigint"
-    ? value.toString()
-    : Number.isNaN(value)
-    ? "NaN"
-    : value === Infinity
-    ? "+Inf"
-    : value === -Infinity
-    ? "-Inf"
-    : String(value)
-
-const labelSet = (pairs: ReadonlyArray<readonly [string, string]>) =>
-  pairs.length === 0 ? "" : `{${pairs.map(([key, value]) => `${metricName(key)}="${escapeLabel(value)}"`).join(",")}}`
-
-/** Renders metric pairs in the Prometheus text format, one family per name, sorted. */
-export const renderPrometheus = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>): string => {
-  const families = new Map<string, { type: string; help: string; lines: Array<string> }>()
-  const sorted = [...pairs].sort((a, b) => a.metricKey.name.localeCompare(b.metricKey.name))
-  for (const { metricKey, metricState } of sorted) {
-    const name = metricName(metricKey.name)
-    const tags = metricKey.tags.map((label) => [label.key, label.value] as const)
-    const help = Option.getOrElse(metricKey.description, () => name)
-    const family = (type: string) => {
-      let found = families.get(name)
-      if (found === undefined) {
-        found = { type, help, lines: [] }
-        families.set(name, found)
-      }
-      return found.lines
-    }
-    if (MetricKeyType.isCounterKey(metricKey.keyType) && MetricState.isCounterState(metricState)) {
-      family("counter").push(`${name}${labelSet(tags)} ${formatNumber(metricState.count)}`)
-    } else if (MetricKeyType.isGaugeKey(metricKey.keyType) && MetricState.isGaugeState(metricState)) {
-      family("gauge").push(`${name}${labelSet(tags)} ${formatNumber(metricState.value)}`)
-    } else if (MetricKeyType.isHistogramKey(metricKey.keyType) && MetricState.isHistogramState(metricState)) {
-      const lines = family("histogram")
-      let sawInfinity = false
-      for (const [boundary, cumulative] of metricState.buckets) {
-        if (boundary === Infinity) sawInfinity = true
-        lines.push(`${name}_bucket${labelSet([...tags, ["le", formatNumber(boundary)]])} ${cumulative}`)
-      }
-      if (!sawInfinity) lines.push(`${name}_bucket${labelSet([...tags, ["le", "+Inf"]])} ${metricState.count}`)
-      lines.push(`${name}_sum${labelSet(tags)} ${formatNumber(metricState.sum)}`)
-      lines.push(`${name}_count${labelSet(tags)} ${metricState.count}`)
-    } else if (MetricKeyType.isSummaryKey(metricKey.keyType) && MetricState.isSummaryState(metricState)) {
-      const lines = family("summary")
-      for (const [quantile, value] of metricState.quantiles) {
-        if (Option.isSome(value)) {
-          lines.push(`${name}${labelSet([...tags, ["quantile", String(quantile)]])} ${formatNumber(value.value)}`)
-        }
-      }
-      lines.push(`${name}_sum${labelSet(tags)} ${formatNumber(metricState.sum)}`)
-      lines.push(`${name}_count${labelSet(tags)} ${metricState.count}`)
-    } else if (MetricKeyType.isFrequencyKey(metricKey.keyType) && MetricState.isFrequencyState(metricState)) {
-      const lines = family("counter")
-      for (const [word, count] of metricState.occurrences) {
-        lines.push(`${name}${labelSet([...tags, ["key", word]])} ${count}`)
-      }
-    }
-  }
-  let text = ""
-  for (const [name, family] of families) {
-    text += `# HELP ${name} ${escapeHelp(family.help)}\n# TYPE ${name} ${family.type}\n${family.lines.join("\n")}\n`
-  }
-  return text
-}

@@ -7,16 +7,18 @@
  */
 import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option, Redacted, Runtime } from "effect"
+import { bearerToken } from "../Auth/Bearer.js"
 import { InvalidApiKey, NotFound } from "../Errors.js"
 import { newId, sameSecret } from "../Ids.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
-import { Metrics, type MetricsConfig, prometheusContentType } from "./Metrics.js"
+import { Metrics, type MetricsConfig } from "./Metrics.js"
+import { prometheusContentType } from "./Prometheus.js"
 
 const tokenOf = (config: MetricsConfig) => Option.filter(config.token, (token) => Redacted.value(token) !== "")
 
 const bearerMatches = (header: string | null | undefined, token: Redacted.Redacted<string>) => {
-  const given = /^Bearer (\S+)$/i.exec(header ?? "")
-  return given !== null && sameSecret(given[1], Redacted.value(token))
+  const given = bearerToken(header)
+  return given !== null && sameSecret(given, Redacted.value(token))
 }
 
 const tokenRefused = "Missing or invalid metrics token: send Authorization: Bearer <METRICS_TOKEN>."

@@ -2,8 +2,7 @@
  * Which route a request took, as the API declares it (`GET /v1/hooks/:id`), for metric labels,
  * access logs and spans: bounded label values, and no path segment that is a secret.
  */
-import type { HttpApiEndpoint } from "@effect/platform"
-import { HooklineApi } from "../Api.js"
+import { declaredEndpoints } from "../ApiRoutes.js"
 
 /** Path parameters that are credentials (the upload link's token): never logged, traced or labelled. */
 const secretParams: ReadonlySet<string> = new Set(["token"])
@@ -47,11 +46,7 @@ const compile = (method: string, template: string): CompiledRoute => {
   }
 }
 
-const declared = Object.values(HooklineApi.groups).flatMap((group) =>
-  (Object.values(group.endpoints) as ReadonlyArray<HttpApiEndpoint.HttpApiEndpoint.AnyWithProps>).map((endpoint) =>
-    [endpoint.method, endpoint.path] as const
-  )
-)
+const declared = declaredEndpoints.map((endpoint) => [endpoint.method, endpoint.path] as const)
 
 // Literal paths first, so /v1/hooks/search never counts as /v1/hooks/:id.
 const routes: ReadonlyArray<CompiledRoute> = [...declared, ...extraRoutes]

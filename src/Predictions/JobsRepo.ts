@@ -21,7 +21,8 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { moved, PredictionRow, atRepoBoundary } from "./Rows.js"
+import { atRepoBoundary } from "../Repository.js"
+import { moved, PredictionRow } from "./Rows.js"
 
 const Now = Schema.DateFromSelf
 const Id = Schema.Struct({ id: Schema.String })

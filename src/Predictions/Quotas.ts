@@ -16,7 +16,7 @@ import { Duration, Effect } from "effect"
 import { TooManyPendingUploads, UnpaidClipsLimit } from "../Errors.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { PredictionsConfig } from "./Config.js"
-import { currentDate } from "./Rows.js"
+import { currentDate } from "../Repository.js"
 import { UploadsRepo } from "./UploadsRepo.js"
 
 /** Advisory lock classes (first key of the two-key form), so they never meet another area's locks. */

@@ -1,6 +1,5 @@
 /** The prediction and upload rows as read from the database, and the Prediction they make. */
 import { Clock, Duration, Effect, Option, Schema } from "effect"
-import { traced } from "../Observability/Tracing.js"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { Band, type Prediction, PredictionErrorType, PredictionStatus } from "./Api.js"
 
@@ -50,33 +49,8 @@ export const toPrediction = (row: PredictionRow): Prediction => ({
   error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "" }
 })
 
-/** A repository's methods as its callers see them: SQL and decoding failures are not theirs to handle. */
-export type AtBoundary<T> = {
-  readonly [K in keyof T]: T[K] extends (...args: infer Args) => Effect.Effect<infer A, infer _E> ? (...args: Args) => Effect.Effect<A>
-    : never
-}
-
-/**
- * The repositories' boundary: a statement's SQL and decoding failures are defects (they roll
- * back the caller's transaction and become a logged 500), and each method has its span,
- * `<repo>.<method>`, in a traced fiber (Tracing.ts, `traced`).
- */
-export const atRepoBoundary = <T extends Record<string, (...args: never) => Effect.Effect<unknown, unknown>>>(
-  repo: string,
-  statements: T
-): AtBoundary<T> => {
-  const bounded: Record<string, (...args: never) => Effect.Effect<unknown>> = {}
-  for (const [name, run] of Object.entries(statements)) {
-    bounded[name] = (...args) => run(...args).pipe(Effect.orDie, traced(`${repo}.${name}`))
-  }
-  return bounded as AtBoundary<T>
-}
-
 /** Whether a conditional statement moved a row. */
 export const moved = <A, E>(found: Effect.Effect<Option.Option<A>, E>) => Effect.map(found, Option.isSome)
-
-/** The current time, from Effect's Clock (a TestClock in tests): every timeout is measured on it. */
-export const currentDate = Effect.map(Clock.currentTimeMillis, (millis) => new Date(millis))
 
 /** The instant `duration` before now, by the same Clock. */
 export const dateBefore = (duration: Duration.Duration) =>

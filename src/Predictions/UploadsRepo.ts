@@ -10,7 +10,8 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { moved, atRepoBoundary, UploadRow } from "./Rows.js"
+import { atRepoBoundary } from "../Repository.js"
+import { moved, UploadRow } from "./Rows.js"
 
 const Now = Schema.DateFromSelf
 const UploadStatus = Schema.Literal("pending", "receiving", "received", "expired")

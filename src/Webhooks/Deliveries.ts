@@ -6,35 +6,22 @@
  * A retry sends the same event: the same event id (so the same `webhook-id`, for receivers that
  * dedupe) and the same body bytes, signed afresh at the attempt.
  */
-import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
+import { tracedFn } from "../Observability/Tracing.js"
+import { currentDate } from "../Repository.js"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
-import { DatabaseMode, orDieOnDb } from "../Sql.js"
-import { type DeliveryParams, DeliveryStatus, EventType, type WebhookDelivery, type WebhookDeliveryList } from "./Api.js"
+import { DatabaseMode } from "../Sql.js"
+import type { DeliveryParams, WebhookDelivery, WebhookDeliveryList } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
-import { deliveriesChannel } from "./Webhooks.js"
+import { WebhooksRepo } from "./Repo.js"
+import type { DeliveryRow } from "./Rows.js"
 
 const defaultPageSize = 50
 const sweepBatch = 1_000
-
-const DeliveryRow = Schema.Struct({
-  id: Schema.String,
-  event_id: Schema.String,
-  event_type: EventType,
-  status: DeliveryStatus,
-  attempts: Schema.Number,
-  last_status_code: Schema.NullOr(Schema.Number),
-  last_error: Schema.NullOr(Schema.String),
-  next_attempt_at: Schema.DateFromSelf,
-  created_at: Schema.DateFromSelf,
-  completed_at: Schema.NullOr(Schema.DateFromSelf)
-})
-type DeliveryRow = typeof DeliveryRow.Type
-const decodeRows = Schema.decodeUnknown(Schema.Array(DeliveryRow))
 
 const toDelivery = (row: DeliveryRow): WebhookDelivery => ({
   object: "webhook_delivery",
@@ -57,73 +44,61 @@ const deliveryPattern = idPattern("dlv")
 
 export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hookline/WebhookDeliveries", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* WebhooksRepo
     const mode = yield* DatabaseMode
     const config = yield* WebhookConfig
     const { cursorSecret } = yield* Secrets
-    const columns = sql`d.id, d.event_id, d.event_type, d.status, d.attempts, d.last_status_code, d.last_error,
-                        d.next_attempt_at, d.created_at, d.completed_at`
     const notFound = (id: string) => new NotFound({ message: `No webhook delivery ${id} on this account.` })
 
-    const list = (accountId: string, params: DeliveryParams) =>
-      Effect.gen(function*() {
-        const limit = params.limit ?? defaultPageSize
-        const binding = ["webhooks.deliveries", accountId, params.status ?? ""].join("|")
-        const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
-        const rows = yield* sql`
-          SELECT ${columns} FROM webhook_deliveries d
-           WHERE d.account_id = ${accountId}
-             ${params.status === undefined ? sql`` : sql`AND d.status = ${params.status}`}
-             ${Option.match(after, { onNone: () => sql``, onSome: (position) => sql`AND d.id < ${position.id}` })}
-           ORDER BY d.id DESC
-           LIMIT ${limit + 1}`.pipe(Effect.flatMap(decodeRows))
-        return keysetPage(rows, limit, toDelivery, (last) => signCursor(cursorSecret, binding, { id: last.id })) satisfies
-          WebhookDeliveryList
-      }).pipe(orDieOnDb, Effect.withSpan("WebhookDeliveries.list"))
+    const list = tracedFn("WebhookDeliveries.list", Effect.fnUntraced(function*(accountId: string, params: DeliveryParams) {
+      const limit = params.limit ?? defaultPageSize
+      const binding = ["webhooks.deliveries", accountId, params.status ?? ""].join("|")
+      const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
+      const rows = yield* repo.listDeliveries({
+        accountId,
+        status: params.status,
+        afterId: Option.getOrUndefined(Option.map(after, (position) => position.id)),
+        limit: limit + 1
+      })
+      return keysetPage(rows, limit, toDelivery, (last) => signCursor(cursorSecret, binding, { id: last.id })) satisfies
+        WebhookDeliveryList
+    }))
 
     const findRow = (accountId: string, id: string) =>
-      sql`SELECT ${columns} FROM webhook_deliveries d WHERE d.id = ${id} AND d.account_id = ${accountId}`.pipe(
-        Effect.flatMap(decodeRows),
-        orDieOnDb,
-        Effect.flatMap((rows) => (rows.length === 0 ? Effect.fail(notFound(id)) : Effect.succeed(rows[0])))
-      )
+      Effect.flatMap(repo.findDelivery({ accountId, id }), Option.match({
+        onNone: () => Effect.fail(notFound(id)),
+        onSome: Effect.succeed
+      }))
 
     /** One delivery of the account; 404 for another account's or an unknown (or malformed) id. */
-    const get = (accountId: string, id: string) =>
+    const get = tracedFn("WebhookDeliveries.get", (accountId: string, id: string) =>
       deliveryPattern.test(id) ? Effect.map(findRow(accountId, id), toDelivery) : Effect.fail(notFound(id))
+    )
 
     /**
      * Queues a pending or failed delivery for an attempt now. One guarded statement: a delivery
      * being attempted right now (claimed) is left to that attempt and answered as it is.
      */
-    const retry = (accountId: string, id: string) =>
-      Effect.gen(function*() {
-        if (!deliveryPattern.test(id)) return yield* notFound(id)
-        const queued = yield* sql`
-          UPDATE webhook_deliveries d
-             SET status = 'pending', next_attempt_at = now(), completed_at = NULL
-            FROM webhooks w
-           WHERE d.id = ${id} AND d.account_id = ${accountId} AND d.status <> 'delivered' AND d.claim_token IS NULL
-             AND w.account_id = d.account_id AND w.enabled
-          RETURNING ${columns}`.pipe(Effect.flatMap(decodeRows), orDieOnDb)
-        if (queued.length > 0) {
-          if (!mode.embedded) yield* sql`SELECT pg_notify(${deliveriesChannel}, ${id})`.pipe(orDieOnDb)
-          return toDelivery(queued[0])
-        }
-        const current = yield* findRow(accountId, id)
-        if (current.status === "delivered") {
-          return yield* new ValidationFailed({ message: `Webhook delivery ${id} was delivered already; it is not sent again.` })
-        }
-        const enabled = yield* sql<{ enabled: boolean }>`SELECT enabled FROM webhooks WHERE account_id = ${accountId}`.pipe(
-          orDieOnDb
-        )
-        if (enabled[0]?.enabled !== true) {
-          return yield* new ValidationFailed({
-            message: "The webhook is disabled; enable it with PUT /v1/webhooks, then retry the delivery."
-          })
-        }
-        return toDelivery(current)
-      }).pipe(Effect.withSpan("WebhookDeliveries.retry"))
+    const retry = tracedFn("WebhookDeliveries.retry", Effect.fnUntraced(function*(accountId: string, id: string) {
+      if (!deliveryPattern.test(id)) return yield* notFound(id)
+      const now = yield* currentDate
+      const queued = yield* repo.requeueDelivery({ accountId, id, now })
+      if (Option.isSome(queued)) {
+        if (!mode.embedded) yield* repo.notifyDispatchers(id)
+        return toDelivery(queued.value)
+      }
+      const current = yield* findRow(accountId, id)
+      if (current.status === "delivered") {
+        return yield* new ValidationFailed({ message: `Webhook delivery ${id} was delivered already; it is not sent again.` })
+      }
+      const webhook = yield* repo.findWebhook(accountId)
+      if (Option.isNone(webhook) || !webhook.value.enabled) {
+        return yield* new ValidationFailed({
+          message: "The webhook is disabled; enable it with PUT /v1/webhooks, then retry the delivery."
+        })
+      }
+      return toDelivery(current)
+    }))
 
     const retentionMs = Duration.toMillis(config.deliveryRetention)
 
@@ -131,26 +106,17 @@ export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hook
     const sweep = Effect.gen(function*() {
       let total = 0
       for (;;) {
-        const rows = yield* sql<{ swept: number }>`
-          WITH gone AS (
-            DELETE FROM webhook_deliveries WHERE id IN (
-              SELECT id FROM webhook_deliveries
-               WHERE created_at < now() - ${retentionMs}::float8 * interval '1 millisecond' AND status <> 'pending'
-               ORDER BY created_at LIMIT ${sweepBatch})
-            RETURNING 1
-          )
-          SELECT count(*)::int AS swept FROM gone`
-        const swept = rows[0]?.swept ?? 0
+        const now = yield* currentDate
+        const { swept } = yield* repo.sweepFinishedDeliveries({ retentionMs, batch: sweepBatch, now })
         total += swept
         if (swept < sweepBatch) return total
       }
-    }).pipe(orDieOnDb)
+    })
 
     return { list, get, retry, sweep, config } as const
   }),
-  dependencies: [Secrets.Live]
+  dependencies: [Secrets.Live, WebhooksRepo.Default]
 }) {}
-
 /** The retention sweep, in the back yard; safe in several processes (each batch is one statement). */
 export const DeliverySweeperLive = Layer.scopedDiscard(
   Effect.gen(function*() {

@@ -1,8 +1,9 @@
 /**
  * The webhook dispatcher: a background fiber that delivers the outbox (`webhook_deliveries`).
+ * Its statements are WebhooksRepo's; "now" is Effect's Clock (TestClock in tests).
  *
  * - Claiming: one statement picks due deliveries with `FOR UPDATE SKIP LOCKED`, counts the
- *   attempt, and leases them (next_attempt_at = now() + lease, claim_token = this claim), so
+ *   attempt, and leases them (next_attempt_at = now + lease, claim_token = this claim), so
  *   several dispatchers in several processes never take the same delivery at once, and no
  *   transaction stays open while the receiver is called.
  * - Attempt: outside any transaction (Transport.ts), with the URL policy checked again.
@@ -20,174 +21,125 @@
  * - Wake-up: LISTEN on the outbox channel (Postgres), a timer for the next due retry, and a
  *   poll every WEBHOOK_POLL_INTERVAL (the only source in embedded mode, which has no LISTEN).
  */
-import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Either, FiberSet, Layer, Queue, Ref, Schedule, Schema, Stream } from "effect"
+import { Duration, Effect, Either, FiberSet, Layer, Queue, Ref, Schedule, Stream } from "effect"
 import { randomUUID } from "node:crypto"
-import { DatabaseMode, listen, orDieOnDb } from "../Sql.js"
-import { effectiveLease } from "./Config.js"
-import { attempt, type AttemptOutcome } from "./Transport.js"
-import { deliveriesChannel, Webhooks } from "./Webhooks.js"
-
-const ClaimedRow = Schema.Struct({
-  id: Schema.String,
-  event_id: Schema.String,
-  account_id: Schema.String,
-  /** This attempt's number (1 for the first). */
-  attempts: Schema.Number,
-  body: Schema.String,
-  url: Schema.NullOr(Schema.String),
-  enabled: Schema.NullOr(Schema.Boolean),
-  secret_ciphertext: Schema.NullOr(Schema.String),
-  previous_secret_ciphertext: Schema.NullOr(Schema.String)
-})
-type ClaimedRow = typeof ClaimedRow.Type
-
-const NextDue = Schema.Array(Schema.Struct({ wait_ms: Schema.NullOr(Schema.Number) }))
+import { currentDate } from "../Repository.js"
+import { DatabaseMode, listen } from "../Sql.js"
+import { effectiveLease, type WebhookConfig } from "./Config.js"
+import type { DeliveryStatus } from "./Api.js"
+import { deliveriesChannel, WebhooksRepo } from "./Repo.js"
+import type { ClaimedRow } from "./Rows.js"
+import type { AttemptOutcome } from "./Transport.js"
+import { Webhooks } from "./Webhooks.js"
 
 /** Shortest wait between two looks at the outbox, so rows another process is claiming do not make a loop spin. */
 const minimumWait = Duration.millis(10)
 
-export const DispatcherLive = Layer.scopedDiscard(
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const mode = yield* DatabaseMode
-    const webhooks = yield* Webhooks
-    const config = webhooks.config
-    const leaseMs = Duration.toMillis(effectiveLease(config))
-    const schedule = config.retrySchedule
-    /** Names this process's dispatcher in the attempts it records. */
-    const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
+/** A delivery's state after attempt number `attempts`: 2xx delivered, 410 or the schedule's end failed, else pending. */
+const stateAfter = (attempts: number, outcome: AttemptOutcome, schedule: ReadonlyArray<Duration.Duration>): DeliveryStatus =>
+  outcome.delivered ? "delivered" : outcome.statusCode === 410 || attempts > schedule.length ? "failed" : "pending"
 
-    const claim = (limit: number, token: string) =>
-      sql`
-        WITH due AS (
-          SELECT id, account_id FROM webhook_deliveries
-           WHERE status = 'pending' AND next_attempt_at <= now()
-           ORDER BY next_attempt_at
-           LIMIT ${limit}
-           FOR UPDATE SKIP LOCKED
-        )
-        UPDATE webhook_deliveries d
-           SET attempts = d.attempts + 1,
-               next_attempt_at = now() + ${leaseMs}::float8 * interval '1 millisecond',
-               claim_token = ${token}
-          FROM due LEFT JOIN webhooks w ON w.account_id = due.account_id
-         WHERE d.id = due.id
-        RETURNING d.id, d.event_id, d.account_id, d.attempts, COALESCE(d.body, d.payload::text) AS body,
-                  w.url, w.enabled, w.secret_ciphertext,
-                  CASE WHEN w.previous_secret_expires_at > now() THEN w.previous_secret_ciphertext END
-                    AS previous_secret_ciphertext`.pipe(
-        Effect.flatMap(Schema.decodeUnknown(Schema.Array(ClaimedRow))),
-        orDieOnDb
-      )
+/** The wait before the next attempt: the schedule's, or the receiver's Retry-After within the schedule's bounds. */
+const nextDelayMs = (attempts: number, outcome: AttemptOutcome, scheduleMs: ReadonlyArray<number>) =>
+  outcome.retryAfterMs === null
+    ? scheduleMs[attempts - 1]
+    : Math.min(Math.max(outcome.retryAfterMs, Math.min(...scheduleMs)), Math.max(...scheduleMs))
 
-    /** Milliseconds until the next pending delivery is due (null: none pending). */
-    const untilNextDue = sql`
-      SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - now()) * 1000 AS wait_ms
-        FROM webhook_deliveries WHERE status = 'pending'`.pipe(
-      Effect.flatMap(Schema.decodeUnknown(NextDue)),
-      Effect.map((rows) => {
-        const waitMs = rows[0]?.wait_ms ?? null
-        if (waitMs === null) return config.pollInterval
-        return Duration.clamp(Duration.millis(waitMs), { minimum: minimumWait, maximum: config.pollInterval })
-      }),
-      orDieOnDb
+/** One claimed delivery's attempt and its record, under this dispatcher's name. */
+const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: string) => {
+  const config = webhooks.config
+  const scheduleMs = config.retrySchedule.map(Duration.toMillis)
+  const disableAfterMs = Duration.toMillis(config.disableAfter)
+
+  /** Writes the attempt and the delivery's next state; returns that state. */
+  const record = (row: ClaimedRow, token: string, outcome: AttemptOutcome) =>
+    Effect.gen(function*() {
+      const status = stateAfter(row.attempts, outcome, config.retrySchedule)
+      yield* repo.recordAttempt({
+        deliveryId: row.id,
+        accountId: row.account_id,
+        token,
+        attempt: row.attempts,
+        dispatcher: dispatcherId,
+        statusCode: outcome.statusCode,
+        durationMs: outcome.durationMs,
+        error: outcome.error,
+        status,
+        delayMs: status === "pending" ? nextDelayMs(row.attempts, outcome, scheduleMs) : 0,
+        delivered: outcome.delivered,
+        gone: outcome.statusCode === 410,
+        disableAfterMs,
+        now: yield* currentDate
+      })
+      return status
+    })
+
+  /** A clean shutdown hands an unfinished attempt back at once (it does not count). */
+  const release = (row: ClaimedRow, token: string) =>
+    Effect.flatMap(currentDate, (now) => repo.releaseClaim({ deliveryId: row.id, token, now })).pipe(
+      Effect.timeout(Duration.seconds(2)),
+      Effect.catchAllCause((cause) => Effect.logWarning("webhook claim not released", cause))
     )
 
-    const scheduleMs = schedule.map(Duration.toMillis)
-    const disableAfterMs = Duration.toMillis(config.disableAfter)
+  /** The attempt itself: unsigned (and not sent) when the secret does not open. */
+  const attempt = (row: ClaimedRow & { readonly url: string; readonly secret_ciphertext: string }) =>
+    Either.match(webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext), {
+      onLeft: (unreadable) =>
+        Effect.as(Effect.logError("webhook secret unreadable", unreadable.message), {
+          delivered: false,
+          statusCode: null,
+          durationMs: 0,
+          error: `not signed: ${unreadable.message}`,
+          retryAfterMs: null
+        } satisfies AttemptOutcome),
+      onRight: (secrets) => webhooks.attempts.attempt({ url: row.url, secrets, eventId: row.event_id, body: row.body })
+    })
 
-    /** The wait before the next attempt: the schedule's, or the receiver's Retry-After within the schedule's bounds. */
-    const nextDelayMs = (attempts: number, outcome: AttemptOutcome) =>
-      outcome.retryAfterMs === null
-        ? scheduleMs[attempts - 1]
-        : Math.min(Math.max(outcome.retryAfterMs, Math.min(...scheduleMs)), Math.max(...scheduleMs))
-
-    const record = (row: ClaimedRow, token: string, outcome: AttemptOutcome) => {
-      const gone = outcome.statusCode === 410
-      const status = outcome.delivered ? "delivered" : gone || row.attempts > schedule.length ? "failed" : "pending"
-      const delayMs = status === "pending" ? nextDelayMs(row.attempts, outcome) : 0
-      const failingTooLong = sql`w.failing_since <= now() - ${disableAfterMs}::float8 * interval '1 millisecond'`
-      const disabledReason = gone ? sql`'gone'` : sql`CASE WHEN ${failingTooLong} THEN 'failing' END`
-      // Written only when something changes: a streak starts, ends, or disables the webhook.
-      const health = outcome.delivered
-        ? sql`UPDATE webhooks w SET failing_since = NULL
-               WHERE w.account_id = ${row.account_id} AND w.failing_since IS NOT NULL AND EXISTS (SELECT 1 FROM claim)`
-        : sql`UPDATE webhooks w
-                 SET failing_since = COALESCE(w.failing_since, now()),
-                     enabled = ${disabledReason} IS NULL,
-                     disabled_reason = ${disabledReason},
-                     disabled_at = CASE WHEN ${disabledReason} IS NULL THEN NULL ELSE now() END,
-                     updated_at = now()
-               WHERE w.account_id = ${row.account_id} AND w.enabled AND EXISTS (SELECT 1 FROM claim)
-                 AND (w.failing_since IS NULL OR ${gone} OR ${failingTooLong})`
-      return sql`
-        WITH claim AS (
-          SELECT 1 FROM webhook_deliveries WHERE id = ${row.id} AND claim_token = ${token}
-        ),
-        attempt AS (
-          INSERT INTO webhook_attempts (delivery_id, attempt, dispatcher, status_code, duration_ms, error)
-          VALUES (${row.id}, ${row.attempts}, ${dispatcherId}, ${outcome.statusCode}, ${Math.round(outcome.durationMs)}, ${outcome.error})
-        ),
-        health AS (${health})
-        UPDATE webhook_deliveries
-           SET status = ${status},
-               next_attempt_at = now() + ${delayMs}::float8 * interval '1 millisecond',
-               last_status_code = ${outcome.statusCode},
-               last_error = ${outcome.error},
-               completed_at = ${status === "pending" ? sql`NULL` : sql`now()`},
-               claim_token = NULL
-         WHERE id = ${row.id} AND claim_token = ${token}`.pipe(orDieOnDb, Effect.as(status))
-    }
-
-    /** The webhook is disabled (or gone): the event is not sent, and not retried. */
-    const drop = (row: ClaimedRow, token: string) =>
-      sql`
-        UPDATE webhook_deliveries
-           SET status = 'failed', attempts = attempts - 1, last_error = 'webhook disabled',
-               completed_at = now(), claim_token = NULL
-         WHERE id = ${row.id} AND claim_token = ${token}`.pipe(orDieOnDb)
-
-    /** A clean shutdown hands an unfinished attempt back at once (it does not count). */
-    const release = (row: ClaimedRow, token: string) =>
-      sql`
-        UPDATE webhook_deliveries
-           SET attempts = attempts - 1, next_attempt_at = now(), claim_token = NULL
-         WHERE id = ${row.id} AND claim_token = ${token}`.pipe(
-        Effect.timeout(Duration.seconds(2)),
-        Effect.catchAllCause((cause) => Effect.logWarning("webhook claim not released", cause))
+  /** Attempts one claimed delivery and records the outcome; never fails. */
+  return (row: ClaimedRow, token: string) =>
+    Effect.gen(function*() {
+      const { url, secret_ciphertext } = row
+      if (url === null || row.enabled !== true || secret_ciphertext === null) {
+        return yield* Effect.flatMap(currentDate, (now) => repo.dropForDisabledWebhook({ deliveryId: row.id, token, now }))
+      }
+      const outcome = yield* attempt({ ...row, url, secret_ciphertext })
+      const status = yield* record(row, token, outcome)
+      yield* Effect.logDebug("webhook attempt").pipe(
+        Effect.annotateLogs({
+          delivery_id: row.id,
+          event_id: row.event_id,
+          attempt: row.attempts,
+          status_code: outcome.statusCode ?? "none",
+          outcome: status
+        })
       )
+    }).pipe(
+      Effect.onInterrupt(() => release(row, token)),
+      Effect.catchAllCause((cause) => Effect.logError("webhook delivery failed to record", cause)),
+      Effect.withSpan("Webhooks.deliver", { attributes: { delivery_id: row.id, attempt: row.attempts } })
+    )
+}
 
-    const deliver = (row: ClaimedRow, token: string) =>
-      Effect.gen(function*() {
-        if (row.url === null || row.enabled !== true || row.secret_ciphertext === null) return yield* drop(row, token)
-        const secrets = webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext)
-        const outcome: AttemptOutcome = Either.isLeft(secrets)
-          ? { delivered: false, statusCode: null, durationMs: 0, error: `not signed: ${secrets.left.message}`, retryAfterMs: null }
-          : yield* attempt({ url: row.url, secrets: secrets.right, eventId: row.event_id, body: row.body }, webhooks.rules)
-        if (Either.isLeft(secrets)) yield* Effect.logError("webhook secret unreadable", secrets.left.message)
-        const status = yield* record(row, token, outcome)
-        yield* Effect.logDebug("webhook attempt").pipe(
-          Effect.annotateLogs({
-            delivery_id: row.id,
-            event_id: row.event_id,
-            attempt: row.attempts,
-            status_code: outcome.statusCode ?? "none",
-            outcome: status
-          })
-        )
-      }).pipe(
-        Effect.onInterrupt(() => release(row, token)),
-        Effect.catchAllCause((cause) => Effect.logError("webhook delivery failed to record", cause)),
-        Effect.withSpan("Webhooks.deliver", { attributes: { delivery_id: row.id, attempt: row.attempts } })
-      )
+interface Outbox {
+  readonly config: WebhookConfig
+  readonly claim: (limit: number, token: string) => Effect.Effect<ReadonlyArray<ClaimedRow>>
+  readonly deliver: (row: ClaimedRow, token: string) => Effect.Effect<void>
+  readonly untilNextDue: Effect.Effect<Duration.Duration>
+}
 
+/**
+ * The background loop: keeps up to the concurrency of deliveries in flight; LISTEN (Postgres),
+ * the end of an attempt, the next due retry and the poll interval wake it.
+ */
+const makeLoop = ({ claim, config, deliver, untilNextDue }: Outbox, embedded: boolean) =>
+  Effect.gen(function*() {
     const doorbell = yield* Queue.sliding<void>(1)
     const ring = Queue.offer(doorbell, undefined)
     const waitForBell = (timeout: Duration.Duration) => Queue.take(doorbell).pipe(Effect.timeout(timeout), Effect.ignore)
     const inFlight = yield* Ref.make(0)
     const running = yield* FiberSet.make()
 
+    /** Claims what is due into the free slots and starts the attempts, then waits for a reason to look again. */
     const round = Effect.gen(function*() {
       const free = config.concurrency - (yield* Ref.get(inFlight))
       if (free <= 0) return yield* waitForBell(config.pollInterval)
@@ -202,7 +154,7 @@ export const DispatcherLive = Layer.scopedDiscard(
       yield* waitForBell(yield* untilNextDue)
     })
 
-    if (!mode.embedded) {
+    if (!embedded) {
       yield* listen(deliveriesChannel).pipe(
         Stream.runForEach(() => ring),
         Effect.tapErrorCause((cause) => Effect.logWarning("webhook LISTEN lost; polling until it is back", cause)),
@@ -210,13 +162,61 @@ export const DispatcherLive = Layer.scopedDiscard(
         Effect.forkScoped
       )
     }
-
-    yield* round.pipe(
+    return yield* round.pipe(
       Effect.catchAllCause((cause) =>
         Effect.logError("webhook dispatch round failed", cause).pipe(Effect.zipRight(Effect.sleep(config.pollInterval)))
       ),
-      Effect.forever,
-      Effect.forkScoped
+      Effect.forever
     )
   })
+
+export class Dispatcher extends Effect.Service<Dispatcher>()("hookline/Dispatcher", {
+  effect: Effect.gen(function*() {
+    const repo = yield* WebhooksRepo
+    const mode = yield* DatabaseMode
+    const webhooks = yield* Webhooks
+    const config = webhooks.config
+    const leaseMs = Duration.toMillis(effectiveLease(config))
+    /** Names this process's dispatcher in the attempts it records. */
+    const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
+    const outbox: Outbox = {
+      config,
+      claim: (limit, token) => Effect.flatMap(currentDate, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now })),
+      deliver: makeDelivery(repo, webhooks, dispatcherId),
+      untilNextDue: Effect.flatMap(currentDate, repo.untilNextDue).pipe(
+        Effect.map(({ wait_ms }) =>
+          wait_ms === null
+            ? config.pollInterval
+            : Duration.clamp(Duration.millis(wait_ms), { minimum: minimumWait, maximum: config.pollInterval })
+        )
+      )
+    }
+
+    /**
+     * Attempts every delivery due now (by the Clock), up to the concurrency at a time, and
+     * waits for each outcome to be recorded; returns how many were attempted. The background
+     * loop does the same without waiting; tests call this to step the schedule.
+     */
+    const deliverDue = Effect.gen(function*() {
+      let attempted = 0
+      for (;;) {
+        const token = randomUUID()
+        const claimed = yield* outbox.claim(config.concurrency, token)
+        yield* Effect.forEach(claimed, (row) => outbox.deliver(row, token), { concurrency: "unbounded", discard: true })
+        attempted += claimed.length
+        if (claimed.length < config.concurrency) return attempted
+      }
+    }).pipe(Effect.withSpan("Dispatcher.deliverDue"))
+
+    /** The dispatcher's life in a server process (forked in the caller's scope). */
+    const run = makeLoop(outbox, mode.embedded)
+
+    return { dispatcherId, deliverDue, run } as const
+  }),
+  dependencies: [Webhooks.Default, WebhooksRepo.Default]
+}) {}
+
+/** The dispatcher running in the back yard of a server process. */
+export const DispatcherLive = Layer.scopedDiscard(Effect.flatMap(Dispatcher, (dispatcher) => Effect.forkScoped(dispatcher.run))).pipe(
+  Layer.provide(Dispatcher.Default)
 )

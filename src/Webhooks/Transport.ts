@@ -1,5 +1,6 @@
 /**
- * One delivery attempt over HTTP: check the URL (UrlPolicy), sign, POST, classify the answer.
+ * One delivery attempt: check the URL (UrlPolicy), sign, POST, classify the answer. The POST
+ * itself is the WebhookTransport service, so a test swaps in a fake receiver (no network).
  *
  * The request connects to an address the policy checked, not to whatever the name resolves
  * to a moment later: the URL's host is replaced by that address, the original host goes in the
@@ -11,6 +12,7 @@
  */
 import { Clock, Duration, Effect } from "effect"
 import { recordWebhookAttempt, webhookOutcome } from "../Observability/Metrics.js"
+import type { WebhookConfig } from "./Config.js"
 import { signatureHeaders } from "./Signing.js"
 import { type Address, resolveTarget, type Target, type UrlRefused, type UrlRules } from "./UrlPolicy.js"
 
@@ -38,6 +40,14 @@ export interface AttemptRules extends UrlRules {
   readonly resolveTimeout: Duration.Duration
 }
 
+/** The rules of this server's attempts, from its settings. */
+export const attemptRules = (config: WebhookConfig): AttemptRules => ({
+  allowInsecure: config.allowInsecure,
+  allowPrivate: config.allowPrivate,
+  timeout: config.timeout,
+  resolveTimeout: config.resolveTimeout
+})
+
 const userAgent = "Hookline-Webhooks/1.0"
 
 /** The URL to connect to: a checked address in place of the host name. */
@@ -63,11 +73,20 @@ const errorCode = (cause: unknown): string | null =>
 /** Failures that happen before anything is sent, so trying another address cannot deliver twice. */
 const connectFailures = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL", "ConnectionRefused"])
 
-type Step =
+/** What one POST came to: the receiver's answer, or why none came. */
+export type PostResult =
   | { readonly _tag: "Answered"; readonly status: number; readonly retryAfterMs: number | null }
   | { readonly _tag: "Failed"; readonly error: string }
+type Step = PostResult
 
-const postTo = (target: Target, address: Address, headers: Record<string, string>, body: string) =>
+/** A signed event on its way to a checked target. */
+export interface WebhookRequest {
+  readonly target: Target
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: string
+}
+
+const postTo = (target: Target, address: Address, headers: Readonly<Record<string, string>>, body: string) =>
   Effect.tryPromise({
     try: async (signal) => {
       const response = await fetch(pinnedUrl(target, address), {
@@ -89,7 +108,7 @@ const postTo = (target: Target, address: Address, headers: Record<string, string
     catch: errorCode
   })
 
-const post = (target: Target, headers: Record<string, string>, body: string): Effect.Effect<Step> =>
+const post = ({ body, headers, target }: WebhookRequest): Effect.Effect<PostResult> =>
   Effect.gen(function*() {
     let code: string | null = null
     for (const address of target.addresses) {
@@ -109,43 +128,51 @@ const outcome = (step: Step, durationMs: number): AttemptOutcome => {
   return { delivered: false, statusCode: status, durationMs, error, retryAfterMs: step.retryAfterMs }
 }
 
-/**
- * Sends one attempt: `check` yields the target (or the reason it is refused), then the event is
- * signed at the current second and posted. Never fails; the outcome says what happened.
- */
-const run = (
-  check: Effect.Effect<Target, UrlRefused>,
-  input: AttemptInput,
-  rules: AttemptRules
-): Effect.Effect<AttemptOutcome> =>
-  Effect.gen(function*() {
-    const started = yield* Clock.currentTimeMillis
-    const step = yield* Effect.gen(function*() {
-      const checked = yield* Effect.either(check)
-      if (checked._tag === "Left") return { _tag: "Failed", error: `url refused: ${checked.left.message}` } satisfies Step
-      const seconds = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-      const headers = {
-        "content-type": "application/json",
-        "user-agent": userAgent,
-        ...signatureHeaders(input.secrets, input.eventId, seconds, input.body)
-      }
-      return yield* post(checked.right, headers, input.body)
-    }).pipe(
-      Effect.timeoutTo({
-        duration: rules.timeout,
-        onTimeout: (): Step => ({ _tag: "Failed", error: `timed out after ${Duration.format(rules.timeout)}` }),
-        onSuccess: (step): Step => step
-      })
-    )
-    const result = outcome(step, (yield* Clock.currentTimeMillis) - started)
-    yield* recordWebhookAttempt(webhookOutcome(result.statusCode), result.durationMs / 1000)
-    return result
-  })
+/** The HTTP POST of an attempt; never fails (the result says what happened). */
+export class WebhookTransport extends Effect.Service<WebhookTransport>()("hookline/WebhookTransport", {
+  succeed: { post }
+}) {}
 
-/** One attempt, the URL checked (and its host resolved) within the attempt's timeout. */
-export const attempt = (input: AttemptInput, rules: AttemptRules): Effect.Effect<AttemptOutcome> =>
-  run(resolveTarget(input.url, rules, rules.resolveTimeout), input, rules)
+export interface Attempts {
+  /** One attempt, the URL checked (and its host resolved) within the attempt's timeout. */
+  readonly attempt: (input: AttemptInput) => Effect.Effect<AttemptOutcome>
+  /** One attempt to a target the caller has just checked. */
+  readonly attemptAt: (target: Target, input: AttemptInput) => Effect.Effect<AttemptOutcome>
+}
 
-/** One attempt to a target the caller has just checked. */
-export const attemptAt = (target: Target, input: AttemptInput, rules: AttemptRules): Effect.Effect<AttemptOutcome> =>
-  run(Effect.succeed(target), input, rules)
+/** Attempts under `rules` through `transport`. */
+export const makeAttempts = (transport: WebhookTransport, rules: AttemptRules): Attempts => {
+  /**
+   * Sends one attempt: `check` yields the target (or the reason it is refused), then the event
+   * is signed at the current second and posted. Never fails; the outcome says what happened.
+   */
+  const run = (check: Effect.Effect<Target, UrlRefused>, input: AttemptInput): Effect.Effect<AttemptOutcome> =>
+    Effect.gen(function*() {
+      const started = yield* Clock.currentTimeMillis
+      const step = yield* Effect.gen(function*() {
+        const checked = yield* Effect.either(check)
+        if (checked._tag === "Left") return { _tag: "Failed", error: `url refused: ${checked.left.message}` } satisfies Step
+        const seconds = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+        const headers = {
+          "content-type": "application/json",
+          "user-agent": userAgent,
+          ...signatureHeaders(input.secrets, input.eventId, seconds, input.body)
+        }
+        return yield* transport.post({ target: checked.right, headers, body: input.body })
+      }).pipe(
+        Effect.timeoutTo({
+          duration: rules.timeout,
+          onTimeout: (): Step => ({ _tag: "Failed", error: `timed out after ${Duration.format(rules.timeout)}` }),
+          onSuccess: (step): Step => step
+        })
+      )
+      const result = outcome(step, (yield* Clock.currentTimeMillis) - started)
+      yield* recordWebhookAttempt(webhookOutcome(result.statusCode), result.durationMs / 1000)
+      return result
+    })
+
+  return {
+    attempt: (input) => run(resolveTarget(input.url, rules, rules.resolveTimeout), input),
+    attemptAt: (target, input) => run(Effect.succeed(target), input)
+  }
+}

@@ -6,13 +6,18 @@
  * Usage: bun test/support/attempt.ts <url>
  */
 import { Duration, Effect } from "effect"
-import { attempt } from "../../src/Webhooks/Transport.js"
+import { makeAttempts, WebhookTransport } from "../../src/Webhooks/Transport.js"
 
 const url = process.argv[2]
+const rules = { allowInsecure: false, allowPrivate: true, timeout: Duration.seconds(5), resolveTimeout: Duration.seconds(5) }
 const outcome = await Effect.runPromise(
-  attempt(
-    { url, secrets: [`whsec_${Buffer.alloc(32, 7).toString("base64")}`], eventId: "evt_tls", body: "{}" },
-    { allowInsecure: false, allowPrivate: true, timeout: Duration.seconds(5), resolveTimeout: Duration.seconds(5) }
-  )
+  Effect.flatMap(WebhookTransport, (transport) =>
+    makeAttempts(transport, rules).attempt({
+      url,
+      secrets: [`whsec_${Buffer.alloc(32, 7).toString("base64")}`],
+      eventId: "evt_tls",
+      body: "{}"
+    })
+  ).pipe(Effect.provide(WebhookTransport.Default))
 )
 console.log(JSON.stringify(outcome))

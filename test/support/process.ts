@@ -11,7 +11,7 @@ import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ffmpegPath, ffprobePath } from "./clips.js"
-import type { Response as TestResponse } from "./server.js"
+import type { AccountBody, ApiKeyBody, Response as TestResponse, UploadLink } from "./server.js"
 
 const root = join(import.meta.dir, "..", "..")
 
@@ -190,13 +190,13 @@ export const spawnServer = async (options: {
 /** Admin helpers over HTTP against any server of the database. */
 export const adminClient = (server: Pick<ServerProcess, "request">, adminToken: string) => ({
   account: async (fields: Record<string, unknown> = {}) => {
-    const created = await server.request<{ id: string }>("/admin/accounts", {
+    const created = await server.request<AccountBody>("/admin/accounts", {
       method: "POST",
       key: adminToken,
       body: { plan: "pro", ...fields }
     })
     if (created.status !== 200) throw new Error(`account: ${created.status} ${JSON.stringify(created.body)}`)
-    const key = await server.request<{ id: string; api_key: string }>(`/admin/accounts/${created.body.id}/keys`, {
+    const key = await server.request<ApiKeyBody>(`/admin/accounts/${created.body.id}/keys`, {
       method: "POST",
       key: adminToken,
       body: {}
@@ -250,7 +250,7 @@ export const smallClip = async (): Promise<Uint8Array<ArrayBuffer>> => {
 
 /** Asks for an upload link and PUTs the clip; returns the prediction id (queued once this resolves). */
 export const submitClip = async (server: Pick<ServerProcess, "request">, key: string, clip: Uint8Array<ArrayBuffer>) => {
-  const link = await server.request<{ upload_url: string; prediction_id: string; upload_id: string }>("/v1/predict/upload", {
+  const link = await server.request<UploadLink>("/v1/predict/upload", {
     method: "POST",
     key
   })

@@ -12,12 +12,13 @@ import Pg from "pg"
 import type { Account, ApiKeyCreated, ImportResult as ImportResultSchema } from "../../src/Admin/Api.js"
 import { apiOnlyLayer, appLayer } from "../../src/App.js"
 import type { HookLean, HookList, HookRich } from "../../src/Hooks/Api.js"
-import type { CreditTransaction, CreditTransactionList, Wallet } from "../../src/Ledger/Api.js"
+import type { NotFoundWire } from "../../src/Errors.js"
+import type { CreditTransaction, CreditTransactionList, UsageSummary, Wallet, WalletAlert } from "../../src/Ledger/Api.js"
 import { withRequestId } from "../../src/Logging.js"
 import type { Prediction, PredictUpload } from "../../src/Predictions/Api.js"
 import { ClipScorer } from "../../src/Predictions/Scorer.js"
 import * as Server from "../../src/System/Server.js"
-import type { Webhook, WebhookDelivery, WebhookDeliveryList, WebhookSecret, WebhookTest } from "../../src/Webhooks/Api.js"
+import type { EventType, Webhook, WebhookDelivery, WebhookDeliveryList, WebhookSecret, WebhookTest } from "../../src/Webhooks/Api.js"
 
 export const adminDatabaseUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -72,10 +73,8 @@ export const dropDatabase = async (databaseUrl: string) => {
   }
 }
 
-/** The error envelope every non-2xx answer carries. */
-export interface ErrorBody {
-  readonly error: { readonly type: string; readonly message: string; readonly request_id: string }
-}
+/** The error envelope every non-2xx answer carries (each error's wire schema encodes to it). */
+export type ErrorBody = typeof NotFoundWire.Encoded
 
 // The wire shapes the tests read: the contract's own schemas, as encoded (JSON).
 
@@ -111,14 +110,22 @@ export type TransactionBody = typeof CreditTransaction.Encoded
 /** A page of the credit history (/v1/wallet/transactions, /admin/accounts/{id}/transactions). */
 export type TransactionPage = typeof CreditTransactionList.Encoded
 
-/** A webhook event: the signed body a receiver gets, and the payload the outbox stores. */
-export interface WebhookEvent {
+/** A webhook event: the signed body a receiver gets, and the payload the outbox stores (Signing.ts eventBody). */
+export interface WebhookEvent<Type extends EventType = "prediction.succeeded" | "prediction.failed", Data = PredictionBody> {
   readonly id: string
   readonly object: "event"
-  readonly type: "prediction.succeeded" | "prediction.failed"
+  readonly type: Type
   readonly created_at: string
-  readonly data: PredictionBody
+  readonly data: Data
 }
+
+/** A wallet event's data: the wallet, and the alert threshold it crossed. */
+export type WalletEventData = WalletBody & { readonly low_balance_threshold: number | null }
+
+/** The alert settings (/v1/wallet/alert). */
+export type WalletAlertBody = typeof WalletAlert.Encoded
+/** The usage summary (/v1/wallet/usage). */
+export type UsageBody = typeof UsageSummary.Encoded
 
 /** The parts of an OpenAPI operation the tests read. */
 export interface OpenApiOperation {
@@ -263,13 +270,13 @@ export const startTestServer = async (
     admin: (path, options = {}) => send(path, { ...options, bearer: adminToken }),
     account: async (options = {}) => {
       const { scopes, ...accountFields } = options
-      const created = await send<{ id: string }>("/admin/accounts", {
+      const created = await send<AccountBody>("/admin/accounts", {
         method: "POST",
         bearer: adminToken,
         body: { plan: "pro", ...accountFields }
       })
       if (created.status !== 200) throw new Error(`account: ${created.status} ${JSON.stringify(created.body)}`)
-      const key = await send<{ id: string; api_key: string }>(`/admin/accounts/${created.body.id}/keys`, {
+      const key = await send<ApiKeyBody>(`/admin/accounts/${created.body.id}/keys`, {
         method: "POST",
         bearer: adminToken,
         body: scopes === undefined ? {} : { scopes }

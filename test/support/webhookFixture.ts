@@ -1,5 +1,7 @@
 /** A test server with loopback webhook receivers and the domain services on its database, set up per test file. */
 import { afterAll, afterEach, beforeAll } from "bun:test"
+import { randomBytes } from "node:crypto"
+import type { Prediction } from "../../src/Predictions/Api.js"
 import { type Receiver, startReceiver } from "./receiver.js"
 import { servicesRuntime } from "./runtime.js"
 import { startTestServer, type TestServer } from "./server.js"
@@ -43,3 +45,15 @@ export const webhookFixture = (env: Record<string, string>): WebhookFixture => {
     }
   }
 }
+
+/** A finished prediction, as the event data of prediction.succeeded / prediction.failed. */
+export const samplePrediction = (status: "succeeded" | "failed" = "succeeded"): Prediction => ({
+  object: "prediction",
+  id: `pred_${randomBytes(16).toString("hex")}`,
+  status,
+  created_at: "2026-11-22T14:28:55.123Z",
+  completed_at: "2026-11-22T14:29:10.456Z",
+  input: { duration_sec: 21.5 },
+  result: status === "succeeded" ? { band: "medium", hook_duration_sec: 2.25, category: null } : null,
+  error: status === "failed" ? { type: "analysis_failed", message: "The clip could not be analysed." } : null
+})
