@@ -62,10 +62,21 @@ const runDirect = <A extends object, E>(
       cancelSent = true
       return cancelBackend(pool, backend)
     }
+    // Past the deadline the query is cancelled, and the caller answered once it has stopped (or a
+    // second later, should the cancel not take): a timeout's answer means the work is over.
+    let deadlinePassed = false
+    let timeoutAnswered = false
+    const answerTimedOut = () => {
+      if (deadline === undefined || timeoutAnswered) return
+      timeoutAnswered = true
+      resume(Effect.fail(deadline.onTimeout()))
+    }
     const timer = deadline === undefined ? undefined : setTimeout(() => {
       abandoned = true
+      deadlinePassed = true
+      if (backend === undefined) return answerTimedOut()
       void cancel()
-      resume(Effect.fail(deadline.onTimeout()))
+      setTimeout(answerTimedOut, 1000)
     }, Duration.toMillis(deadline.duration))
     pool.connect((connectError, client, release) => {
       if (connectError !== undefined || client === undefined) {
@@ -80,7 +91,7 @@ const runDirect = <A extends object, E>(
         // A connection whose query failed for a reason other than SQL (a lost socket) is dropped, as is one sent a cancel.
         const broken = queryError instanceof Error && !("code" in queryError)
         release(broken ? queryError : cancelSent ? new Error("sent a cancel: closed rather than reused") : undefined)
-        if (abandoned) return
+        if (abandoned) return deadlinePassed ? answerTimedOut() : undefined
         if (queryError === null || queryError === undefined) return resume(Effect.succeed(result.rows))
         // Cancelled by a request this statement never made: a late cancel meant for the
         // connection's previous query (sql-pg sends them too). The statement was rolled back;
