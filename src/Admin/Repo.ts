@@ -5,6 +5,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { Plan } from "../Auth/Domain.js"
+import { atRepoBoundary } from "../Repository.js"
 
 export const AccountRow = Schema.Struct({
   id: Schema.String,
@@ -49,11 +50,11 @@ export class AccountsRepo extends Effect.Service<AccountsRepo>()("hookline/Accou
         sql`UPDATE accounts SET plan = ${plan}, monthly_grant = ${monthlyGrant}, updated_at = now() WHERE id = ${id}`
     })
 
-    return {
-      findAccount: (id: string, lock: boolean) => Effect.orDie(findAccount({ id, lock })),
-      insertAccount: (account: typeof NewAccount.Type) => Effect.orDie(insertAccount(account)),
-      setSuspended: (id: string, suspended: boolean) => Effect.orDie(setSuspended({ id, suspended })),
-      changePlan: (id: string, plan: Plan, monthlyGrant: number) => Effect.orDie(changePlan({ id, plan, monthlyGrant }))
-    } as const
+    return atRepoBoundary("AccountsRepo", {
+      findAccount: (id: string, lock: boolean) => findAccount({ id, lock }),
+      insertAccount,
+      setSuspended: (id: string, suspended: boolean) => setSuspended({ id, suspended }),
+      changePlan: (id: string, plan: Plan, monthlyGrant: number) => changePlan({ id, plan, monthlyGrant })
+    })
   })
 }) {}

@@ -5,6 +5,7 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
+import { atRepoBoundary } from "../Repository.js"
 import { StatementRunner } from "../StatementRunner.js"
 import { Plan, Scope } from "./Domain.js"
 
@@ -59,10 +60,6 @@ export class KeysRepo extends Effect.Service<KeysRepo>()("hookline/KeysRepo", {
       execute: (keyId) => sql`UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = ${keyId} RETURNING id`
     })
 
-    return {
-      findLiveKeyByHash: (hash: string) => Effect.orDie(findLiveKeyByHash(hash)),
-      insertKey: (key: NewKey) => Effect.orDie(insertKey(key)),
-      revokeKey: (keyId: string) => Effect.orDie(revokeKey(keyId))
-    } as const
+    return atRepoBoundary("KeysRepo", { findLiveKeyByHash, insertKey, revokeKey })
   })
 }) {}

@@ -5,6 +5,7 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
+import { atRepoBoundary } from "../Repository.js"
 
 /** A key's row as a repeat sees it (the body still sealed). */
 export const KeyRow = Schema.Struct({
@@ -148,22 +149,22 @@ export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("hookline
     const release = releaseKey(sql)
     const deleteExpired = deleteExpiredBatch(sql)
 
-    return {
-      claimKey: (request: ClaimRequest) => Effect.orDie(claim(request)),
-      findLiveKey: (scope: string, key: string) => Effect.orDie(find({ scope, key })),
-      touchClaim: (scope: string, key: string, owner: string) => Effect.orDie(touch({ scope, key, owner })),
-      completeKey: (completion: Completion) => Effect.orDie(complete(completion)),
-      releaseKey: (scope: string, key: string, owner: string) => Effect.orDie(release({ scope, key, owner })),
+    return atRepoBoundary("IdempotencyRepo", {
+      claimKey: claim,
+      findLiveKey: (scope: string, key: string) => find({ scope, key }),
+      touchClaim: (scope: string, key: string, owner: string) => touch({ scope, key, owner }),
+      completeKey: complete,
+      releaseKey: (scope: string, key: string, owner: string) => release({ scope, key, owner }),
       /** Deletes expired keys batch by batch; how many in all. */
       sweepExpired: (lockSeconds: number) =>
-        Effect.orDie(Effect.gen(function*() {
+        Effect.gen(function*() {
           let deleted = 0
           while (true) {
             const { n } = yield* deleteExpired(lockSeconds)
             deleted += n
             if (n < sweepBatch) return deleted
           }
-        }))
-    } as const
+        })
+    })
   })
 }) {}
