@@ -1,7 +1,7 @@
 /**
  * The Idempotency-Key contract, documented on each POST endpoint that honours it with
  * `.annotate(OpenApi.Transform, acceptsIdempotencyKey)`. The header is read and checked by
- * `idempotent(...)` (Idempotent.ts), after authentication and payload validation.
+ * `idempotent(...)` (Http.ts), after authentication and payload validation.
  */
 import { Predicate } from "effect"
 

@@ -2,7 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
-import { idempotent } from "../Idempotency/Idempotent.js"
+import { idempotent } from "../Idempotency/Http.js"
 import { WebhookDeliveries } from "./Deliveries.js"
 import { Webhooks } from "./Webhooks.js"
 
