@@ -13,6 +13,7 @@ import {
   UploadExpiredWire
 } from "../Errors.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
+import { Band, PredictionErrorType, PredictionStatus } from "./Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
 
 export const PredictUpload = Schema.Struct({
@@ -23,20 +24,7 @@ export const PredictUpload = Schema.Struct({
 }).annotations({ identifier: "PredictUpload" })
 export type PredictUpload = typeof PredictUpload.Type
 
-export const PredictionStatus = Schema.Literal("awaiting_upload", "queued", "running", "succeeded", "failed")
-export type PredictionStatus = typeof PredictionStatus.Type
-
-export const Band = Schema.Literal("low", "medium", "high")
-export type Band = typeof Band.Type
-
-export const PredictionErrorType = Schema.Literal(
-  "upload_expired",
-  "expired",
-  "unsupported_media",
-  "clip_too_long",
-  "analysis_failed"
-)
-export type PredictionErrorType = typeof PredictionErrorType.Type
+export { Band, PredictionErrorType, PredictionStatus }
 
 export const PredictionResult = Schema.Struct({
   band: Band,

@@ -24,7 +24,7 @@
  * What the band is not: a prediction of views or engagement. It rates how quickly and how
  * energetically a clip opens, measured from the file alone.
  */
-import type { Band } from "./Api.js"
+import type { Band } from "./Domain.js"
 
 /** Lower and upper terciles of `hook_duration_sec` in the demo catalog (2,000 hooks, default seed). */
 export const FAST_HOOK_SEC = 2.5

@@ -1,7 +1,8 @@
 /** The prediction and upload rows as read from the database, and the Prediction they make. */
 import { Clock, Duration, Effect, Option, Schema } from "effect"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
-import { Band, type Prediction, PredictionErrorType, PredictionStatus } from "./Api.js"
+import type { Prediction } from "./Api.js"
+import { Band, PredictionErrorType, PredictionStatus } from "./Domain.js"
 
 export const StoredResult = Schema.Struct({
   band: Band,

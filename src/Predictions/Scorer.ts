@@ -22,7 +22,7 @@
  * ANALYSIS_TIMEOUT.
  */
 import { Data, Duration, Effect, Schema } from "effect"
-import type { Band } from "./Api.js"
+import type { Band } from "./Domain.js"
 import { bandOf, type OpeningFeatures } from "./BandModel.js"
 import { ScorerConfig } from "./Config.js"
 import { locateTool, type ProcessResult, runProcess } from "./Tools.js"
