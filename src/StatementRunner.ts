@@ -36,12 +36,10 @@ const cancelBackend = async (pool: Pg.Pool, backend: number) => {
 }
 
 /**
- * Runs one statement straight on the pool. @effect/sql wraps every statement in its own Scope and span, and `Effect.timeout`
- * forks a fiber per call; together they cost more CPU than the query itself (bench/README.md,
- * "Where a request's CPU goes"). The hot routes run one to three statements and no transaction.
- * Inside a transaction or a sampled trace the statement runs as usual, on the transaction's
- * connection and with its span; so does every statement when no DbPool is provided (a service
- * built on a bare PgClient layer, as some tests do).
+ * Runs one statement straight on the pool. @effect/sql wraps every statement in its own Scope
+ * and span, and `Effect.timeout` forks a fiber per call; together they cost more CPU than the
+ * query itself (bench/README.md, "Where a request's CPU goes"), and the hot routes run one to
+ * three statements and no transaction.
  */
 const runDirect = <A extends object, E>(
   pool: Pg.Pool,
