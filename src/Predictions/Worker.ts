@@ -100,7 +100,6 @@ export const WorkerLive = Layer.scopedDiscard(
             ))
         )
       }).pipe(
-        Effect.onInterrupt(() => handBack(job.id)),
         Effect.annotateLogs({ prediction_id: job.id, attempt: job.attempts }),
         Effect.withSpan("Predictions.work", {
           attributes: { predictionId: job.id, attempt: job.attempts },
@@ -108,10 +107,13 @@ export const WorkerLive = Layer.scopedDiscard(
         })
       )
 
-    // One job claimed and worked (false: queue empty). A shutdown during the claim waits for `work`
-    // and its hand-back, or the job stayed 'running' until the heartbeat timeout.
+    // One job claimed and worked (false: queue empty). The hand-back is in place before the claim
+    // can be interrupted, or a shutdown left the job 'running' until the heartbeat timeout.
     const claimAndWork = Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(jobs.claimNextJob(workerId), (job) => Option.isNone(job) ? Effect.succeed(false) : Effect.as(restore(work(job.value)), true))
+      Effect.flatMap(jobs.claimNextJob(workerId), (job) =>
+        Option.isNone(job)
+          ? Effect.succeed(false)
+          : restore(work(job.value)).pipe(Effect.onInterrupt(() => handBack(job.value.id)), Effect.as(true)))
     )
 
     /** Claims and runs jobs until the queue is empty; true when at least one ran. */
