@@ -3,10 +3,10 @@
  * PGlite. Migrations run when the layer is built, so the app only starts on a migrated schema.
  */
 import { BunContext } from "@effect/platform-bun"
-import { SqlClient, type Statement } from "@effect/sql"
+import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Context, Duration, Effect, FiberRef, Layer, Option, ParseResult, Redacted, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option, ParseResult, Redacted, Stream } from "effect"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
 import { ServerConfig } from "./Config.js"

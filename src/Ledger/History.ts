@@ -22,6 +22,7 @@ import type { Fragment } from "@effect/sql/Statement"
 import { Effect, Option, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
+import { traced } from "../Observability/Tracing.js"
 import { orDieOnDb } from "../Sql.js"
 import { toTimestamp } from "../Schemas.js"
 import {
@@ -171,7 +172,7 @@ export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/Cre
           toTransaction,
           (last) => signCursor(cursorSecret, binding, { seq: last.pos, ord: last.ord })
         ) satisfies CreditTransactionList
-      }).pipe(orDieOnDb, Effect.withSpan("CreditHistory.list", { attributes: { accountId } }))
+      }).pipe(orDieOnDb, traced("CreditHistory.list", { attributes: { accountId } }))
 
     return { list } as const
   }),

@@ -14,6 +14,7 @@
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Schema } from "effect"
 import { ValidationFailed } from "../Errors.js"
+import { traced } from "../Observability/Tracing.js"
 import { orDieOnDb } from "../Sql.js"
 import { toTimestamp } from "../Schemas.js"
 import type { UsageGroupBy, UsageParams, UsageRow, UsageSummary } from "./Api.js"
@@ -92,7 +93,7 @@ export class Usage extends Effect.Service<Usage>()("hookline/Usage", {
             net: sum((row) => row.net)
           }
         } satisfies UsageSummary
-      }).pipe(Effect.withSpan("Usage.summarise", { attributes: { accountId } }))
+      }).pipe(traced("Usage.summarise", { attributes: { accountId } }))
 
     return { summarise, statement } as const
   })

@@ -10,7 +10,7 @@ import { Duration, Effect, Either, Option } from "effect"
 import type { Caller } from "../Auth/Api.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { Ledger } from "../Ledger/Ledger.js"
-import { currentTraceParent } from "../Observability/Tracing.js"
+import { currentTraceParent, traced } from "../Observability/Tracing.js"
 import { DatabaseMode, orDieOnDb } from "../Sql.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
 import { BlobStore } from "./BlobStore.js"
@@ -187,7 +187,7 @@ const requests = (
       const wallet = yield* ledger.wallet(caller.accountId)
       const balances = { monthly: wallet.monthly, topup: wallet.topup }
       return { prediction, charged: 0, balances } satisfies RetryOutcome
-    }).pipe(orDieOnDb, Effect.withSpan("Predictions.retryStart"))
+    }).pipe(orDieOnDb, traced("Predictions.retryStart"))
 
   /** Visible only to the key that created it, and only for the retention period. */
   const get = (caller: Caller, id: string) =>

@@ -12,6 +12,7 @@ import type { Caller } from "../Auth/Api.js"
 import { publicBaseUrl, ServerConfig } from "../Config.js"
 import { NotFound, UploadAlreadyUsed, UploadExpired, type ValidationFailed } from "../Errors.js"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
+import { traced } from "../Observability/Tracing.js"
 import { toTimestamp } from "../Schemas.js"
 import { orDieOnDb } from "../Sql.js"
 import type { PredictionErrorType, PredictUpload, UploadReceipt } from "./Api.js"
@@ -111,7 +112,7 @@ const links = ({ blobs, config, quotas, repo, server, sql }: Dependencies) => {
         upload_url: uploadUrl,
         expires_at: toTimestamp(expiresAt)
       } satisfies PredictUpload
-    }).pipe(orDieOnDb, Effect.withSpan("Predictions.createUpload"))
+    }).pipe(orDieOnDb, traced("Predictions.createUpload"))
 
   return { createUploadLink }
 }
@@ -201,7 +202,7 @@ const puts = ({ blobs, config, quotas, repo }: Dependencies, { land }: ReturnTyp
         Effect.tapError(() => blobs.remove(blobKey).pipe(Effect.zipRight(repo.releaseClaim(upload.id))))
       )
       return { object: "upload", upload_id: upload.id, status: "received" } satisfies typeof UploadReceipt.Type
-    }).pipe(orDieOnDb, Effect.withSpan("Predictions.receiveUpload"))
+    }).pipe(orDieOnDb, traced("Predictions.receiveUpload"))
 
   return { receive }
 }
