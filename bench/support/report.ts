@@ -6,9 +6,14 @@ export interface BenchOptions {
   readonly quick: boolean
 }
 
-/** Window lengths and concurrency every scenario uses, so rows compare. */
+/**
+ * Window lengths and concurrency every scenario uses, so rows compare. The warm-up is 10 s
+ * because Bun's JIT keeps compiling a server's request path for about that long under load:
+ * with 3 s, Hookline's JIT thread still spent ~0.1 ms of CPU per wallet request in the measured
+ * window, and its main thread ~25% more than once warm (bench/README.md, "Warm-up").
+ */
 export const benchSettings = ({ quick }: BenchOptions) => ({
-  warmupMs: quick ? 250 : 3_000,
+  warmupMs: quick ? 250 : 10_000,
   durationMs: quick ? 1_200 : 15_000,
   /** Concurrent connections (HTTP) or operations (direct), like wrk's -c. */
   concurrency: 32
