@@ -13,7 +13,12 @@ import { runLedgerBench } from "./ledger.js"
 import { adminDatabaseUrl, poolSize } from "./support/processes.js"
 import { type BenchOptions, benchSettings, ratio, renderTable, type ScenarioResult, unavailable } from "./support/report.js"
 
-const options: BenchOptions = { quick: process.argv.includes("--quick") }
+/** `--warmup 3`: another warm-up per side, in seconds (to compare with runs made before it was 10 s). */
+const warmupArgument = process.argv.indexOf("--warmup")
+const options: BenchOptions = {
+  quick: process.argv.includes("--quick"),
+  ...(warmupArgument === -1 ? {} : { warmupMs: Number(process.argv[warmupArgument + 1]) * 1000 })
+}
 /** `--only core,catalog`: run these sections alone (core, catalog, predictions, ledger, webhooks, idempotency). */
 const onlyArgument = process.argv.indexOf("--only")
 const only = onlyArgument === -1 ? null : new Set((process.argv[onlyArgument + 1] ?? "").split(","))

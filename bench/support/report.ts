@@ -4,6 +4,8 @@ import type { LoadResult } from "./load.js"
 export interface BenchOptions {
   /** Short windows (`npm run bench -- --quick`): the whole run stays under 2 minutes. */
   readonly quick: boolean
+  /** Overrides the warm-up (`npm run bench -- --warmup 3`). */
+  readonly warmupMs?: number
 }
 
 /**
@@ -12,8 +14,8 @@ export interface BenchOptions {
  * with 3 s, Hookline's JIT thread still spent ~0.1 ms of CPU per wallet request in the measured
  * window, and its main thread ~25% more than once warm (bench/README.md, "Warm-up").
  */
-export const benchSettings = ({ quick }: BenchOptions) => ({
-  warmupMs: quick ? 250 : 10_000,
+export const benchSettings = ({ quick, warmupMs }: BenchOptions) => ({
+  warmupMs: warmupMs ?? (quick ? 250 : 10_000),
   durationMs: quick ? 1_200 : 15_000,
   /** Concurrent connections (HTTP) or operations (direct), like wrk's -c. */
   concurrency: 32
