@@ -11,8 +11,8 @@ export interface BenchOptions {
 /**
  * Window lengths and concurrency every scenario uses, so rows compare. The warm-up is 10 s
  * because Bun's JIT keeps compiling a server's request path for about that long under load:
- * with 3 s, Hookline's JIT thread still spent ~0.1 ms of CPU per wallet request in the measured
- * window, and its main thread ~25% more than once warm (bench/README.md, "Warm-up").
+ * with 3 s, Hookline's JIT thread still spent ~0.1 ms of CPU per wallet request in a first
+ * window, and its main thread ~25% more than once warm (bench/README.md, "Where a request's CPU goes").
  */
 export const benchSettings = ({ quick, warmupMs }: BenchOptions) => ({
   warmupMs: warmupMs ?? (quick ? 250 : 10_000),
