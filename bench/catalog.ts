@@ -32,7 +32,7 @@ import { defaultDemoSeed, demoCategories, demoHook } from "../src/Hooks/DemoData
 import { type BaselineContext, type BaselineRouteModule, charge, newId, reserve, settle } from "./support/baseline.js"
 import { adminDatabaseUrl, createAccounts, startBaseline, startHookline } from "./support/processes.js"
 import { type BenchOptions, benchSettings, type ScenarioResult } from "./support/report.js"
-import { runHttpLoad } from "./support/wrk.js"
+import { runPairedHttpLoad } from "./support/wrk.js"
 
 /** Hooks in the catalog: 1,000,000 (100,000 with --quick); BENCH_CATALOG_SIZE overrides both. */
 const catalogSizeFor = (quick: boolean) => Number(process.env.BENCH_CATALOG_SIZE ?? (quick ? 100_000 : 1_000_000))
@@ -303,6 +303,12 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
     readonly path: (iteration: number, worker: number) => string
     /** The baseline's path when it differs (the naive search). */
     readonly baselinePath?: (iteration: number, worker: number) => string
+    /**
+     * Measured windows per side (default 5, taking turns). The naive search answers in seconds:
+     * its queries outlive a 3 s window and would run on into the other side's, so that row
+     * measures each side once, one after the other.
+     */
+    readonly rounds?: number
   }
   const mix = zipfQueries(2_048)
   const mixed = (prefix: string) => (iteration: number, worker: number) =>
@@ -318,7 +324,8 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
           scenario: "search, Zipf mix vs naive ts_rank",
           operation: `GET /v1/hooks/search, ${new Set(mix).size} queries in a Zipf-like mix, ${size} hooks; baseline ranks every match`,
           path: mixed("/v1/hooks/search"),
-          baselinePath: mixed("/naive/hooks/search")
+          baselinePath: mixed("/naive/hooks/search"),
+          rounds: 1
         }
       ]
       : [
@@ -353,15 +360,14 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
         const requests = (path: (iteration: number, worker: number) => string) =>
           Array.from({ length: 64 }, (_, iteration) =>
             Array.from({ length: settings.concurrency }, (_, worker) => ({ path: path(iteration, worker), headers: keyOf(worker) }))).flat()
-        const measure = (server: { readonly url: string; readonly pid: number }, path: (iteration: number, worker: number) => string) =>
-          runHttpLoad({ ...settings, url: server.url, serverPid: server.pid, requests: requests(path) })
-        rows.push({
-          scenario: scenario.scenario,
-          operation: scenario.operation,
-          unit: "req/s",
-          hookline: await measure(hookline, scenario.path),
-          baseline: await measure(baseline, scenario.baselinePath ?? scenario.path)
-        })
+        const side = (server: { readonly url: string; readonly pid: number }, path: (iteration: number, worker: number) => string) =>
+          ({ url: server.url, serverPid: server.pid, requests: requests(path) })
+        // Both sides take turns (bench/support/wrk.ts, runPairedHttpLoad), so they share the machine's minutes.
+        const [hooklineSide, baselineSide] = await runPairedHttpLoad(
+          [side(hookline, scenario.path), side(baseline, scenario.baselinePath ?? scenario.path)],
+          { ...settings, rounds: scenario.rounds }
+        )
+        rows.push({ scenario: scenario.scenario, operation: scenario.operation, unit: "req/s", hookline: hooklineSide, baseline: baselineSide })
       }
     } finally {
       await baseline?.stop()

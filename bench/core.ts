@@ -10,7 +10,7 @@
 import type { HttpRequestSpec } from "./support/load.js"
 import { createAccounts, freshDatabase, startBaseline, startFloor, startHookline } from "./support/processes.js"
 import { type BenchOptions, benchSettings, type ScenarioResult } from "./support/report.js"
-import { runHttpLoad } from "./support/wrk.js"
+import { runPairedHttpLoad } from "./support/wrk.js"
 
 const categories = Array.from({ length: 24 }, (_, i) => ({ slug: `category-${i + 1}`, name: `Category ${String(i + 1).padStart(2, "0")}` }))
 
@@ -23,8 +23,13 @@ export const runCoreBench = async (options: BenchOptions): Promise<Array<Scenari
     await hookline.admin("PUT", "/catalog/categories", categories)
     const requests = (path: string): Array<HttpRequestSpec> =>
       accounts.map((account) => ({ path, headers: { authorization: `Bearer ${account.key}` } }))
-    const measure = (path: string) => (server: { readonly url: string; readonly pid: number }) =>
-      runHttpLoad({ ...settings, url: server.url, serverPid: server.pid, requests: requests(path) })
+    type Server = { readonly url: string; readonly pid: number }
+    // Both sides take turns (bench/support/wrk.ts, runPairedHttpLoad), so they share the machine's minutes.
+    const compare = async (path: string, framework: Server, bare: Server) => {
+      const side = (server: Server) => ({ url: server.url, serverPid: server.pid, requests: requests(path) })
+      const [hookline, baseline] = await runPairedHttpLoad([side(framework), side(bare)], settings)
+      return { hookline, baseline }
+    }
 
     const floor = await (async () => {
       const keys = accounts.map((account) => account.key)
@@ -36,8 +41,7 @@ export const runCoreBench = async (options: BenchOptions): Promise<Array<Scenari
             scenario: "framework floor",
             operation: "minimal HttpApi GET, bearer Map lookup, no database",
             unit: "req/s",
-            hookline: await measure("/v1/wallet")(framework),
-            baseline: await measure("/v1/wallet")(bare),
+            ...(await compare("/v1/wallet", framework, bare)),
             note: "Hookline column: a minimal Effect HttpApi on BunHttpServer (bench/support/floor.ts); baseline: bare Bun.serve"
           } satisfies ScenarioResult
         } finally {
@@ -50,23 +54,19 @@ export const runCoreBench = async (options: BenchOptions): Promise<Array<Scenari
 
     const baseline = await startBaseline(databaseUrl)
     try {
-      const wallet = measure("/v1/wallet")
-      const listCategories = measure("/v1/hooks/categories")
       return [
         floor,
         {
           scenario: "wallet",
           operation: `GET /v1/wallet, ${accounts.length} keys`,
           unit: "req/s",
-          hookline: await wallet(hookline),
-          baseline: await wallet(baseline)
+          ...(await compare("/v1/wallet", hookline, baseline))
         },
         {
           scenario: "categories",
           operation: `GET /v1/hooks/categories (${categories.length})`,
           unit: "req/s",
-          hookline: await listCategories(hookline),
-          baseline: await listCategories(baseline)
+          ...(await compare("/v1/hooks/categories", hookline, baseline))
         }
       ]
     } finally {

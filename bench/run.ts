@@ -121,7 +121,7 @@ const postgresVersion = await (async () => {
 const elapsed = (performance.now() - started) / 1000
 const table = renderTable(rows)
 console.log(`\nHookline benchmark (${options.quick ? "quick" : "full"}): ${settings.concurrency} concurrent, ` +
-  `${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured per side, pool ${poolSize}, ` +
+  `${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured per side (HTTP rows: 5 windows, the sides taking turns), pool ${poolSize}, ` +
   `${cpus().length} CPUs, Bun ${Bun.version}, PostgreSQL ${postgresVersion}; ${elapsed.toFixed(0)} s in all\n`)
 console.log(table)
 
@@ -136,7 +136,8 @@ const side = (result: ScenarioResult["hookline"]) =>
     cpu_ms_per_request: result.cpuMsPerRequest === undefined || result.cpuMsPerRequest === null ? null : Math.round(result.cpuMsPerRequest * 1000) / 1000,
     ok: result.ok,
     errors: result.errors,
-    first_error: result.firstError
+    first_error: result.firstError,
+    round_throughputs: result.roundThroughputs ?? null
   }
 writeFileSync(
   join(import.meta.dir, "results.json"),

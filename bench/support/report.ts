@@ -22,7 +22,11 @@ export const benchSettings = ({ quick, warmupMs }: BenchOptions) => ({
 })
 
 /** One side of a row; HTTP rows also carry the server's CPU per request (bench/support/wrk.ts). */
-export type SideResult = LoadResult & { readonly cpuMsPerRequest?: number | null }
+export type SideResult = LoadResult & {
+  readonly cpuMsPerRequest?: number | null
+  /** HTTP rows: each measured window's throughput, the two sides' windows taking turns (wrk.ts, runPairedHttpLoad). */
+  readonly roundThroughputs?: ReadonlyArray<number>
+}
 
 export interface ScenarioResult {
   /** Short name, as in the issue: wallet, categories, metered search, ... */

@@ -149,25 +149,116 @@ export const runHttpLoad = async (options: HttpLoadOptions): Promise<HttpLoadRes
     const scriptPath = join(directory, "requests.lua")
     writeFileSync(scriptPath, script(options.requests))
     if (options.warmupMs > 0) await runWrkOnce(wrk, scriptPath, options.url, options.concurrency, options.warmupMs)
-    const before = cpuBefore()
-    const summary = await runWrkOnce(wrk, scriptPath, options.url, options.concurrency, options.durationMs)
-    const after = cpuBefore()
-    const seconds = summary.duration_us / 1e6
-    const errors = summary.status_errors + summary.socket_errors
-    const ok = Math.max(0, summary.requests - summary.status_errors)
-    return {
-      ok,
-      errors,
-      seconds,
-      throughput: ok / seconds,
-      p50Ms: summary.p50 / 1000,
-      p90Ms: summary.p90 / 1000,
-      p99Ms: summary.p99 / 1000,
-      maxMs: summary.max / 1000,
-      firstError: errors > 0 ? `${summary.status_errors} answers with status ≥ 400, ${summary.socket_errors} socket errors` : null,
-      cpuMsPerRequest: before === null || after === null || summary.requests === 0 ? null : (after - before) / summary.requests,
-      generator: "wrk"
+    return await measuredWindow(wrk, scriptPath, options, options.durationMs)
+  } finally {
+    rmSync(directory, { recursive: true, force: true })
+  }
+}
+
+/** One measured wrk window on a warm server, with the server's CPU over it. */
+const measuredWindow = async (
+  wrk: string,
+  scriptPath: string,
+  side: { readonly url: string; readonly serverPid: number | null; readonly concurrency: number },
+  durationMs: number
+): Promise<HttpLoadResult> => {
+  const cpu = () => (side.serverPid === null ? null : processCpuMs(side.serverPid))
+  const before = cpu()
+  const summary = await runWrkOnce(wrk, scriptPath, side.url, side.concurrency, durationMs)
+  const after = cpu()
+  const seconds = summary.duration_us / 1e6
+  const errors = summary.status_errors + summary.socket_errors
+  const ok = Math.max(0, summary.requests - summary.status_errors)
+  return {
+    ok,
+    errors,
+    seconds,
+    throughput: ok / seconds,
+    p50Ms: summary.p50 / 1000,
+    p90Ms: summary.p90 / 1000,
+    p99Ms: summary.p99 / 1000,
+    maxMs: summary.max / 1000,
+    firstError: errors > 0 ? `${summary.status_errors} answers with status ≥ 400, ${summary.socket_errors} socket errors` : null,
+    cpuMsPerRequest: before === null || after === null || summary.requests === 0 ? null : (after - before) / summary.requests,
+    generator: "wrk"
+  }
+}
+
+/** One side of a paired comparison: a server and the requests it is sent. */
+export interface PairedSide {
+  readonly url: string
+  readonly serverPid: number | null
+  readonly requests: ReadonlyArray<HttpRequestSpec>
+}
+
+/** A side's figures over the rounds: each is the median of its rounds; `roundThroughputs` shows the spread. */
+export type PairedResult = HttpLoadResult & { readonly roundThroughputs: ReadonlyArray<number> }
+
+const median = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+}
+
+const combineRounds = (rounds: ReadonlyArray<HttpLoadResult>): PairedResult => {
+  const cpu = rounds.map((round) => round.cpuMsPerRequest)
+  const errors = rounds.reduce((sum, round) => sum + round.errors, 0)
+  return {
+    ok: rounds.reduce((sum, round) => sum + round.ok, 0),
+    errors,
+    seconds: rounds.reduce((sum, round) => sum + round.seconds, 0),
+    throughput: median(rounds.map((round) => round.throughput)),
+    p50Ms: median(rounds.map((round) => round.p50Ms)),
+    p90Ms: median(rounds.map((round) => round.p90Ms)),
+    p99Ms: median(rounds.map((round) => round.p99Ms)),
+    maxMs: Math.max(...rounds.map((round) => round.maxMs)),
+    firstError: rounds.find((round) => round.firstError !== null)?.firstError ?? null,
+    cpuMsPerRequest: cpu.every((value) => value !== null) ? median(cpu as Array<number>) : null,
+    generator: "wrk",
+    roundThroughputs: rounds.map((round) => Math.round(round.throughput))
+  }
+}
+
+/**
+ * Both sides of a row, interleaved: each warmed up, then `rounds` windows of durationMs/rounds
+ * each, taking turns (A B, B A, A B, ...), every figure the median of a side's rounds. Two sides
+ * measured one after the other for 15 s each differed by up to 60% from run to run on the 2-core
+ * machine (whatever else the machine did in that minute landed on one side); taking turns gives
+ * both sides the same minutes. Without wrk, or with one round, the sides run one after the other.
+ */
+export const runPairedHttpLoad = async (
+  sides: readonly [PairedSide, PairedSide],
+  settings: { readonly concurrency: number; readonly warmupMs: number; readonly durationMs: number; readonly rounds?: number }
+): Promise<readonly [PairedResult, PairedResult]> => {
+  const wrk = findWrk()
+  const rounds = settings.rounds ?? 5
+  // One round is the old way: each side warmed up and measured, one after the other.
+  if (wrk === null || rounds === 1) {
+    const one = async (side: PairedSide) => {
+      const result = await runHttpLoad({ ...settings, ...side })
+      return { ...result, roundThroughputs: [Math.round(result.throughput)] }
     }
+    return [await one(sides[0]), await one(sides[1])]
+  }
+  const directory = mkdtempSync(join(tmpdir(), "hookline-wrk-"))
+  try {
+    const scripts = sides.map((side, index) => {
+      const path = join(directory, `requests-${index}.lua`)
+      writeFileSync(path, script(side.requests))
+      return path
+    })
+    for (const [index, side] of sides.entries()) {
+      if (settings.warmupMs > 0) await runWrkOnce(wrk, scripts[index], side.url, settings.concurrency, settings.warmupMs)
+    }
+    const results: [Array<HttpLoadResult>, Array<HttpLoadResult>] = [[], []]
+    const windowMs = Math.max(1_000, settings.durationMs / rounds)
+    for (let round = 0; round < rounds; round++) {
+      for (const index of round % 2 === 0 ? [0, 1] : [1, 0]) {
+        const side = { ...sides[index], concurrency: settings.concurrency }
+        results[index].push(await measuredWindow(wrk, scripts[index], side, windowMs))
+      }
+    }
+    return [combineRounds(results[0]), combineRounds(results[1])]
   } finally {
     rmSync(directory, { recursive: true, force: true })
   }
