@@ -25,9 +25,9 @@ export const runCoreBench = async (options: BenchOptions): Promise<Array<Scenari
       accounts.map((account) => ({ path, headers: { authorization: `Bearer ${account.key}` } }))
     type Server = { readonly url: string; readonly pid: number }
     // Both sides take turns (bench/support/wrk.ts, runPairedHttpLoad), so they share the machine's minutes.
-    const compare = async (path: string, framework: Server, bare: Server) => {
+    const compare = async (path: string, server: Server, bare: Server) => {
       const side = (server: Server) => ({ url: server.url, serverPid: server.pid, requests: requests(path) })
-      const [hookline, baseline] = await runPairedHttpLoad([side(framework), side(bare)], settings)
+      const [hookline, baseline] = await runPairedHttpLoad([side(server), side(bare)], settings)
       return { hookline, baseline }
     }
 
