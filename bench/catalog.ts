@@ -304,7 +304,7 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
     /** The baseline's path when it differs (the naive search). */
     readonly baselinePath?: (iteration: number, worker: number) => string
     /**
-     * Measured windows per side (default 5, taking turns). The naive search answers in seconds:
+     * Measured windows per side (default `pairedRounds` in support/wrk.ts, taking turns). The naive search answers in seconds:
      * its queries outlive a 3 s window and would run on into the other side's, so that row
      * measures each side once, one after the other.
      */

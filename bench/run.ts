@@ -10,6 +10,7 @@ import { join } from "node:path"
 import Pg from "pg"
 import { runCoreBench } from "./core.js"
 import { runLedgerBench } from "./ledger.js"
+import { pairedRounds } from "./support/wrk.js"
 import { adminDatabaseUrl, poolSize } from "./support/processes.js"
 import { type BenchOptions, benchSettings, ratio, renderTable, type ScenarioResult, unavailable } from "./support/report.js"
 
@@ -121,7 +122,7 @@ const postgresVersion = await (async () => {
 const elapsed = (performance.now() - started) / 1000
 const table = renderTable(rows)
 console.log(`\nHookline benchmark (${options.quick ? "quick" : "full"}): ${settings.concurrency} concurrent, ` +
-  `${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured per side (HTTP rows: 5 windows, the sides taking turns), pool ${poolSize}, ` +
+  `${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured per side (HTTP rows: ${pairedRounds} windows, the sides taking turns), pool ${poolSize}, ` +
   `${cpus().length} CPUs, Bun ${Bun.version}, PostgreSQL ${postgresVersion}; ${elapsed.toFixed(0)} s in all\n`)
 console.log(table)
 

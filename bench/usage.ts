@@ -18,6 +18,7 @@ import { Usage } from "../src/Ledger/Usage.js"
 import { SqlLive } from "../src/Sql.js"
 import { reserve, settle } from "./support/baseline.js"
 import { freshDatabase } from "./support/processes.js"
+import { median } from "./support/report.js"
 
 const runtimeOn = (databaseUrl: string) =>
   ManagedRuntime.make(
@@ -30,7 +31,6 @@ const runtimeOn = (databaseUrl: string) =>
     )
   )
 
-const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
 
 // ---------------------------------------------------------------- hot path
 interface Variant {

@@ -21,6 +21,13 @@ export const benchSettings = ({ quick, warmupMs }: BenchOptions) => ({
   concurrency: 32
 })
 
+/** The middle value (the mean of the two middle ones for an even count). */
+export const median = (values: ReadonlyArray<number>): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+}
+
 /** One side of a row; HTTP rows also carry the server's CPU per request (bench/support/wrk.ts). */
 export type SideResult = LoadResult & {
   readonly cpuMsPerRequest?: number | null

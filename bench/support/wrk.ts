@@ -13,6 +13,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { type HttpRequestSpec, httpOperation, type LoadResult, runLoad } from "./load.js"
+import { median } from "./report.js"
 
 /** Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ; 100 on Linux). */
 const ticksPerSecond = (() => {
@@ -75,6 +76,20 @@ done = function(summary, latency, _)
     latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
 end
 `
+}
+
+/** Runs `use` with one wrk script per request list, written to a temporary directory removed after. */
+const withScripts = async <A>(requestLists: ReadonlyArray<ReadonlyArray<HttpRequestSpec>>, use: (paths: Array<string>) => Promise<A>): Promise<A> => {
+  const directory = mkdtempSync(join(tmpdir(), "hookline-wrk-"))
+  try {
+    return await use(requestLists.map((requests, index) => {
+      const path = join(directory, `requests-${index}.lua`)
+      writeFileSync(path, script(requests))
+      return path
+    }))
+  } finally {
+    rmSync(directory, { recursive: true, force: true })
+  }
 }
 
 interface WrkSummary {
@@ -144,15 +159,10 @@ export const runHttpLoad = async (options: HttpLoadOptions): Promise<HttpLoadRes
       generator: "js"
     }
   }
-  const directory = mkdtempSync(join(tmpdir(), "hookline-wrk-"))
-  try {
-    const scriptPath = join(directory, "requests.lua")
-    writeFileSync(scriptPath, script(options.requests))
+  return withScripts([options.requests], async ([scriptPath]) => {
     if (options.warmupMs > 0) await runWrkOnce(wrk, scriptPath, options.url, options.concurrency, options.warmupMs)
-    return await measuredWindow(wrk, scriptPath, options, options.durationMs)
-  } finally {
-    rmSync(directory, { recursive: true, force: true })
-  }
+    return measuredWindow(wrk, scriptPath, options, options.durationMs)
+  })
 }
 
 /** One measured wrk window on a warm server, with the server's CPU over it. */
@@ -184,6 +194,9 @@ const measuredWindow = async (
   }
 }
 
+/** Measured windows per side of a paired HTTP row, unless the row asks for another count. */
+export const pairedRounds = 5
+
 /** One side of a paired comparison: a server and the requests it is sent. */
 export interface PairedSide {
   readonly url: string
@@ -193,12 +206,6 @@ export interface PairedSide {
 
 /** A side's figures over the rounds: each is the median of its rounds; `roundThroughputs` shows the spread. */
 export type PairedResult = HttpLoadResult & { readonly roundThroughputs: ReadonlyArray<number> }
-
-const median = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-}
 
 const combineRounds = (rounds: ReadonlyArray<HttpLoadResult>): PairedResult => {
   const cpu = rounds.map((round) => round.cpuMsPerRequest)
@@ -231,7 +238,7 @@ export const runPairedHttpLoad = async (
   settings: { readonly concurrency: number; readonly warmupMs: number; readonly durationMs: number; readonly rounds?: number }
 ): Promise<readonly [PairedResult, PairedResult]> => {
   const wrk = findWrk()
-  const rounds = settings.rounds ?? 5
+  const rounds = settings.rounds ?? pairedRounds
   // One round is the old way: each side warmed up and measured, one after the other.
   if (wrk === null || rounds === 1) {
     const one = async (side: PairedSide) => {
@@ -240,13 +247,7 @@ export const runPairedHttpLoad = async (
     }
     return [await one(sides[0]), await one(sides[1])]
   }
-  const directory = mkdtempSync(join(tmpdir(), "hookline-wrk-"))
-  try {
-    const scripts = sides.map((side, index) => {
-      const path = join(directory, `requests-${index}.lua`)
-      writeFileSync(path, script(side.requests))
-      return path
-    })
+  return withScripts(sides.map((side) => side.requests), async (scripts) => {
     for (const [index, side] of sides.entries()) {
       if (settings.warmupMs > 0) await runWrkOnce(wrk, scripts[index], side.url, settings.concurrency, settings.warmupMs)
     }
@@ -258,8 +259,6 @@ export const runPairedHttpLoad = async (
         results[index].push(await measuredWindow(wrk, scripts[index], side, windowMs))
       }
     }
-    return [combineRounds(results[0]), combineRounds(results[1])]
-  } finally {
-    rmSync(directory, { recursive: true, force: true })
-  }
+    return [combineRounds(results[0]), combineRounds(results[1])] as const
+  })
 }
