@@ -15,6 +15,13 @@ export const repositoryRoot = resolve(import.meta.dir, "../..")
 /** The Postgres server the benchmark uses (its `postgres` database is used to create others). */
 export const adminDatabaseUrl = process.env.BENCH_ADMIN_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
+/**
+ * How every server the bench starts runs its allocator: as `npm start` and the Docker image run
+ * Hookline (freed memory stays with the process; README "Configuration", `MIMALLOC_PURGE_DELAY`),
+ * so the sides compare like for like. `MIMALLOC_PURGE_DELAY=100 npm run bench` measures Bun's default.
+ */
+const allocatorEnv = { MIMALLOC_PURGE_DELAY: process.env.MIMALLOC_PURGE_DELAY ?? "-1" }
+
 /** Pool size of both servers, so the comparison is like for like. */
 export const poolSize = Number(process.env.BENCH_PG_MAX_CONNECTIONS ?? 10)
 
@@ -117,6 +124,7 @@ export const startHookline = async (
     env: {
       PATH: process.env.PATH ?? "",
       HOME: process.env.HOME ?? tmpdir(),
+      ...allocatorEnv,
       DATABASE_URL: databaseUrl,
       PORT: String(port),
       HOST: "127.0.0.1",
@@ -201,6 +209,7 @@ export const startBaseline = async (
     cwd: repositoryRoot,
     env: {
       PATH: process.env.PATH ?? "",
+      ...allocatorEnv,
       DATABASE_URL: databaseUrl,
       PORT: String(port),
       PG_MAX_CONNECTIONS: String(poolSize),
@@ -225,7 +234,7 @@ export const startFloor = async (mode: "framework" | "bare", keys: ReadonlyArray
   const url = `http://127.0.0.1:${port}`
   const child = Bun.spawn([process.execPath, join(repositoryRoot, "bench/support/floor.ts"), mode], {
     cwd: repositoryRoot,
-    env: { PATH: process.env.PATH ?? "", PORT: String(port), KEYS: keys.join(",") },
+    env: { PATH: process.env.PATH ?? "", ...allocatorEnv, PORT: String(port), KEYS: keys.join(",") },
     stdout: "pipe",
     stderr: "pipe"
   })
