@@ -309,6 +309,12 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
      * measures each side once, one after the other.
      */
     readonly rounds?: number
+    /**
+     * wrk's wait for one answer. One naive ranked query over 1M hooks takes ~1 s alone, and 32 in
+     * flight queue behind a pool of 10 for longer than wrk's default 10 s: with it, the naive side
+     * answered nothing (32 socket errors) on the 2-core machine in session 6.
+     */
+    readonly timeoutSeconds?: number
   }
   const mix = zipfQueries(2_048)
   const mixed = (prefix: string) => (iteration: number, worker: number) =>
@@ -325,7 +331,8 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
           operation: `GET /v1/hooks/search, ${new Set(mix).size} queries in a Zipf-like mix, ${size} hooks; baseline ranks every match`,
           path: mixed("/v1/hooks/search"),
           baselinePath: mixed("/naive/hooks/search"),
-          rounds: 1
+          rounds: 1,
+          timeoutSeconds: 120
         }
       ]
       : [
@@ -365,7 +372,7 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
         // Both sides take turns (bench/support/wrk.ts, runPairedHttpLoad), so they share the machine's minutes.
         const [hooklineSide, baselineSide] = await runPairedHttpLoad(
           [side(hookline, scenario.path), side(baseline, scenario.baselinePath ?? scenario.path)],
-          { ...settings, rounds: scenario.rounds }
+          { ...settings, rounds: scenario.rounds, timeoutSeconds: scenario.timeoutSeconds }
         )
         rows.push({ scenario: scenario.scenario, operation: scenario.operation, unit: "req/s", hookline: hooklineSide, baseline: baselineSide })
       }

@@ -103,9 +103,19 @@ interface WrkSummary {
   readonly max: number
 }
 
-const runWrkOnce = async (wrk: string, scriptPath: string, url: string, connections: number, durationMs: number): Promise<WrkSummary> => {
+/** How long wrk waits for an answer before it counts a socket error, unless a row asks for longer. */
+const defaultTimeoutSeconds = 10
+
+const runWrkOnce = async (
+  wrk: string,
+  scriptPath: string,
+  url: string,
+  connections: number,
+  durationMs: number,
+  timeoutSeconds = defaultTimeoutSeconds
+): Promise<WrkSummary> => {
   const seconds = Math.max(1, Math.round(durationMs / 1000))
-  const child = Bun.spawn([wrk, "-t1", `-c${connections}`, `-d${seconds}s`, "--timeout", "10s", "-s", scriptPath, url], {
+  const child = Bun.spawn([wrk, "-t1", `-c${connections}`, `-d${seconds}s`, "--timeout", `${timeoutSeconds}s`, "-s", scriptPath, url], {
     stdout: "pipe",
     stderr: "pipe"
   })
@@ -127,6 +137,8 @@ export interface HttpLoadOptions {
   readonly serverPid: number | null
   /** Status every answer must have (default 200); others count as errors. */
   readonly expectStatus?: number
+  /** wrk's wait for one answer (default 10 s); a side that answers in seconds needs more. */
+  readonly timeoutSeconds?: number
 }
 
 export interface HttpLoadResult extends LoadResult {
@@ -160,7 +172,7 @@ export const runHttpLoad = async (options: HttpLoadOptions): Promise<HttpLoadRes
     }
   }
   return withScripts([options.requests], async ([scriptPath]) => {
-    if (options.warmupMs > 0) await runWrkOnce(wrk, scriptPath, options.url, options.concurrency, options.warmupMs)
+    if (options.warmupMs > 0) await runWrkOnce(wrk, scriptPath, options.url, options.concurrency, options.warmupMs, options.timeoutSeconds)
     return measuredWindow(wrk, scriptPath, options, options.durationMs)
   })
 }
@@ -169,12 +181,12 @@ export const runHttpLoad = async (options: HttpLoadOptions): Promise<HttpLoadRes
 const measuredWindow = async (
   wrk: string,
   scriptPath: string,
-  side: { readonly url: string; readonly serverPid: number | null; readonly concurrency: number },
+  side: { readonly url: string; readonly serverPid: number | null; readonly concurrency: number; readonly timeoutSeconds?: number },
   durationMs: number
 ): Promise<HttpLoadResult> => {
   const cpu = () => (side.serverPid === null ? null : processCpuMs(side.serverPid))
   const before = cpu()
-  const summary = await runWrkOnce(wrk, scriptPath, side.url, side.concurrency, durationMs)
+  const summary = await runWrkOnce(wrk, scriptPath, side.url, side.concurrency, durationMs, side.timeoutSeconds)
   const after = cpu()
   const seconds = summary.duration_us / 1e6
   const errors = summary.status_errors + summary.socket_errors
@@ -235,7 +247,13 @@ const combineRounds = (rounds: ReadonlyArray<HttpLoadResult>): PairedResult => {
  */
 export const runPairedHttpLoad = async (
   sides: readonly [PairedSide, PairedSide],
-  settings: { readonly concurrency: number; readonly warmupMs: number; readonly durationMs: number; readonly rounds?: number }
+  settings: {
+    readonly concurrency: number
+    readonly warmupMs: number
+    readonly durationMs: number
+    readonly rounds?: number
+    readonly timeoutSeconds?: number
+  }
 ): Promise<readonly [PairedResult, PairedResult]> => {
   const wrk = findWrk()
   const rounds = settings.rounds ?? pairedRounds
@@ -249,13 +267,13 @@ export const runPairedHttpLoad = async (
   }
   return withScripts(sides.map((side) => side.requests), async (scripts) => {
     for (const [index, side] of sides.entries()) {
-      if (settings.warmupMs > 0) await runWrkOnce(wrk, scripts[index], side.url, settings.concurrency, settings.warmupMs)
+      if (settings.warmupMs > 0) await runWrkOnce(wrk, scripts[index], side.url, settings.concurrency, settings.warmupMs, settings.timeoutSeconds)
     }
     const results: [Array<HttpLoadResult>, Array<HttpLoadResult>] = [[], []]
     const windowMs = Math.max(1_000, settings.durationMs / rounds)
     for (let round = 0; round < rounds; round++) {
       for (const index of round % 2 === 0 ? [0, 1] : [1, 0]) {
-        const side = { ...sides[index], concurrency: settings.concurrency }
+        const side = { ...sides[index], concurrency: settings.concurrency, timeoutSeconds: settings.timeoutSeconds }
         results[index].push(await measuredWindow(wrk, scripts[index], side, windowMs))
       }
     }
