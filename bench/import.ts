@@ -14,7 +14,7 @@ import { join, resolve } from "node:path"
 import { parseArgs } from "node:util"
 import Pg from "pg"
 import { demoHook } from "../src/Hooks/DemoData.js"
-import { freshDatabase } from "./support/processes.js"
+import { allocatorEnv, freshDatabase } from "./support/processes.js"
 
 const { values, positionals } = parseArgs({
   args: process.argv.slice(2),
@@ -83,7 +83,7 @@ const databaseCpu = (monitor: Pg.Client) => {
 const cli = (url: string, args: ReadonlyArray<string>) =>
   Bun.spawn([process.execPath, "src/Admin/Cli.ts", ...args], {
     cwd: root,
-    env: { ...process.env, DATABASE_URL: url, LOG_LEVEL: "warning" },
+    env: { ...process.env, ...allocatorEnv, DATABASE_URL: url, LOG_LEVEL: "warning" },
     stdout: "pipe",
     stderr: "inherit"
   })

@@ -16,11 +16,12 @@ export const repositoryRoot = resolve(import.meta.dir, "../..")
 export const adminDatabaseUrl = process.env.BENCH_ADMIN_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
 /**
- * How every server the bench starts runs its allocator: as `npm start` and the Docker image run
- * Hookline (freed memory stays with the process; README "Configuration", `MIMALLOC_PURGE_DELAY`),
- * so the sides compare like for like. `MIMALLOC_PURGE_DELAY=100 npm run bench` measures Bun's default.
+ * How every server and admin CLI the bench starts runs its allocator: as `npm start`, `npm run
+ * admin` and the Docker image run Hookline (freed memory stays with the process; README
+ * "Configuration", `MIMALLOC_PURGE_DELAY`), so the sides compare like for like.
+ * `MIMALLOC_PURGE_DELAY=100 npm run bench` measures Bun's default.
  */
-const allocatorEnv = { MIMALLOC_PURGE_DELAY: process.env.MIMALLOC_PURGE_DELAY ?? "-1" }
+export const allocatorEnv = { MIMALLOC_PURGE_DELAY: process.env.MIMALLOC_PURGE_DELAY ?? "-1" }
 
 /** Pool size of both servers, so the comparison is like for like. */
 export const poolSize = Number(process.env.BENCH_PG_MAX_CONNECTIONS ?? 10)
