@@ -70,7 +70,7 @@ export const reserveStatement = (
         INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
         SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${operation},
                ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end
-          FROM upd
+          FROM upd${expiresInSeconds === null ? sql`` : sql`, (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only`}
         RETURNING id
       )`
   return sql`

@@ -152,7 +152,10 @@ const holdStatements = (sql: SqlClient.SqlClient, run: Run) => {
         // The database clock decides expiry, so processes with skewed clocks agree.
         expiresAt: debit.expiresInSeconds === null
           ? sql`NULL::timestamptz`
-          : sql`now() + make_interval(secs => ${debit.expiresInSeconds})`
+          : sql`now() + make_interval(secs => ${debit.expiresInSeconds})`,
+        // A hold that expires is a metered request's, settled or refunded before it answers (or
+        // by the sweeper); one that does not is a prediction's, the record of an accepted job.
+        commitWithoutFlush: debit.expiresInSeconds !== null
       }))
   })
 

@@ -61,7 +61,17 @@ export interface DebitInput {
 export const debitStatement = (
   sql: SqlClient.SqlClient,
   debit: DebitInput,
-  hold: { readonly holdId: string; readonly expiresAt: Fragment } | null
+  hold: {
+    readonly holdId: string
+    readonly expiresAt: Fragment
+    /**
+     * The commit does not wait for the disk (synchronous_commit off, for this statement only).
+     * Only for a hold its request settles or refunds before answering: that synchronous commit
+     * flushes the log past this one, so nothing is answered on a hold a crash could take back,
+     * and a crash before it loses the hold together with its debit and journal rows.
+     */
+    readonly commitWithoutFlush: boolean
+  } | null
 ) => {
   const { accountId, amount, operation } = debit
   const holdCte = hold === null
@@ -70,7 +80,7 @@ export const debitStatement = (
         INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
         SELECT ${hold.holdId}, ${accountId}, from_monthly, from_topup, ${operation},
                ${debit.referenceId}, ${debit.requestId}, ${hold.expiresAt}, period_end
-          FROM upd
+          FROM upd${hold.commitWithoutFlush ? sql`, (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only` : sql``}
         RETURNING id
       )`
   return sql`
