@@ -20,6 +20,8 @@ export const ServerConfig = Config.all({
    * so no request can hold a connection longer; migrations and the admin import lift it.
    */
   dbStatementTimeout: Config.duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  /** Hot statements kept prepared on each connection (off behind a pooler that cannot carry them). */
+  dbPreparedStatements: Config.boolean("DB_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
   maxJsonBodyBytes: Config.integer("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),
   seedDemo: Config.boolean("SEED_DEMO").pipe(Config.withDefault(true)),
   demoCatalogSize: Config.integer("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))

@@ -31,6 +31,14 @@ const types: Pg.CustomTypesConfig = {
 /** The pg pool under the client, for its usage metrics (total, idle and waiting connections). */
 export class DbPool extends Context.Tag("hookline/DbPool")<DbPool, Pg.Pool>() {}
 
+/**
+ * Whether StatementRunner keeps the statements marked `prepared` prepared on each connection
+ * (DB_PREPARED_STATEMENTS): on, unless a pooler in transaction mode cannot carry them.
+ */
+export class PreparedStatements extends Context.Reference<PreparedStatements>()("hookline/PreparedStatements", {
+  defaultValue: () => true
+}) {}
+
 /** A pool on DATABASE_URL, checked with one query at start (as PgClient.layer does). */
 const networkPool = (url: Redacted.Redacted, max: number, statementTimeout: Duration.Duration) =>
   Effect.acquireRelease(
@@ -82,7 +90,7 @@ const ClientLive = Layer.unwrapEffect(
     const client = Layer.unwrapEffect(
       Effect.map(DbPool, (built) => PgClient.layerFromPool({ acquire: Effect.succeed(built), types }))
     )
-    return Layer.merge(client.pipe(Layer.provideMerge(pool)), mode)
+    return Layer.mergeAll(client.pipe(Layer.provideMerge(pool)), mode, Layer.succeed(PreparedStatements, config.dbPreparedStatements))
   })
 )
 

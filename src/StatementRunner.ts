@@ -6,12 +6,37 @@ import { SqlClient, type Statement } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Duration, Effect, FiberRef, Option } from "effect"
 import Pg from "pg"
-import { DbPool } from "./Sql.js"
+import { DbPool, PreparedStatements } from "./Sql.js"
 
 /** A time limit for one statement: past it the query is cancelled on the server and `onTimeout` is the failure. */
 export interface Deadline<E> {
   readonly duration: Duration.Duration
   readonly onTimeout: () => E
+}
+
+const marked = new WeakSet<Statement.Statement<object>>()
+
+/**
+ * Marks a statement whose plan does not depend on its parameters' values (a key lookup, one of
+ * the Ledger's writes): on the direct path it is prepared once per connection under a name of
+ * its own, so PostgreSQL parses and plans it once instead of on every call (the Ledger's reserve
+ * and settle spent ~0.45 ms each in parse and bind). A catalog page's plan does depend on them
+ * (a rare word or a common one), so pages are not marked.
+ */
+export const prepared = <A extends object>(statement: Statement.Statement<A>): Statement.Statement<A> => {
+  marked.add(statement)
+  return statement
+}
+
+/** One name per statement text, for the life of the process (each connection prepares it once). */
+const statementNames = new Map<string, string>()
+const statementName = (text: string) => {
+  let name = statementNames.get(text)
+  if (name === undefined) {
+    name = `hookline_${statementNames.size + 1}`
+    statementNames.set(text, name)
+  }
+  return name
 }
 
 /** Postgres's answer to pg_cancel_backend (57014 is also a statement_timeout, which is not stray). */
@@ -46,6 +71,7 @@ const runDirect = <A extends object, E>(
   text: string,
   params: ReadonlyArray<unknown>,
   deadline: Deadline<E> | undefined,
+  name: string | undefined,
   retryStrayCancel = true
 ): Effect.Effect<ReadonlyArray<A>, SqlError | E> =>
   Effect.async<ReadonlyArray<A>, SqlError | E>((resume) => {
@@ -83,7 +109,7 @@ const runDirect = <A extends object, E>(
       }
       if (abandoned) return release()
       backend = (client as Pg.PoolClient & { readonly processID?: number }).processID
-      client.query<A>(text, params as Array<unknown>, (queryError, result) => {
+      client.query<A>({ text, values: params as Array<unknown>, ...(name === undefined ? {} : { name }) }, (queryError, result) => {
         backend = undefined
         clearTimeout(timer)
         // A connection whose query failed for a reason other than SQL (a lost socket) is dropped, as is one sent a cancel.
@@ -94,7 +120,7 @@ const runDirect = <A extends object, E>(
         // Cancelled by a request this statement never made: a late cancel meant for the
         // connection's previous query (sql-pg sends them too). The statement was rolled back;
         // it runs once more, on another connection.
-        if (retryStrayCancel && isStrayCancel(queryError)) return resume(runDirect(pool, text, params, deadline, false))
+        if (retryStrayCancel && isStrayCancel(queryError)) return resume(runDirect(pool, text, params, deadline, name, false))
         resume(Effect.fail(new SqlError({ cause: queryError, message: "Failed to execute statement" })))
       })
     })
@@ -111,8 +137,9 @@ const runDirect = <A extends object, E>(
  * tracing (see runDirect); otherwise, and when no DbPool is provided (a service built on a bare
  * PgClient layer, as some tests do), as the statement itself.
  */
-export const StatementRunner = Effect.map(Effect.serviceOption(DbPool), (pooled) => {
-  const pool = Option.getOrUndefined(pooled)
+export const StatementRunner = Effect.gen(function*() {
+  const pool = Option.getOrUndefined(yield* Effect.serviceOption(DbPool))
+  const prepare = yield* PreparedStatements
   function run<A extends object>(statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError>
   function run<A extends object, E>(statement: Statement.Statement<A>, deadline: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E>
   function run<A extends object, E>(statement: Statement.Statement<A>, deadline?: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E> {
@@ -121,7 +148,7 @@ export const StatementRunner = Effect.map(Effect.serviceOption(DbPool), (pooled)
         return deadline === undefined ? statement : Effect.timeoutFail(statement, deadline)
       }
       const [text, params] = statement.compile()
-      return runDirect<A, E>(pool, text, params, deadline)
+      return runDirect<A, E>(pool, text, params, deadline, prepare && marked.has(statement) ? statementName(text) : undefined)
     })
   }
   return run

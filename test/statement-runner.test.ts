@@ -9,8 +9,8 @@ import { PgClient } from "@effect/sql-pg"
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Duration, Effect, Either, Exit, Fiber, Layer, ManagedRuntime, Option } from "effect"
 import type Pg from "pg"
-import { DbPool } from "../src/Sql.js"
-import { StatementRunner } from "../src/StatementRunner.js"
+import { DbPool, PreparedStatements } from "../src/Sql.js"
+import { prepared, StatementRunner } from "../src/StatementRunner.js"
 import { createDatabase, dropDatabase, testPool } from "./support/server.js"
 
 class TookTooLong {
@@ -101,5 +101,36 @@ describe("StatementRunner", () => {
         return rows
       }))
     expect(exit).toEqual(Exit.succeed([{ answer: 42 }]))
+  })
+
+  /** The statements the pool's one backend holds prepared (pg_prepared_statements is per session). */
+  const preparedOnBackend = (run: Effect.Effect.Success<typeof StatementRunner>, sql: SqlClient.SqlClient) =>
+    Effect.map(run(sql<{ statement: string }>`SELECT statement FROM pg_prepared_statements`), (rows) => rows.map((row) => row.statement))
+
+  test("a statement marked prepared is prepared once on its connection and answers with each call's parameters", async () => {
+    const lookup = (sql: SqlClient.SqlClient, n: number) => prepared(sql<{ doubled: number }>`SELECT ${n}::int * 2 AS doubled /* marked */`)
+    const exit = await withRunner((run, sql) =>
+      Effect.gen(function*() {
+        const answers = yield* Effect.forEach([1, 2, 3], (n) => run(lookup(sql, n)))
+        return { answers: answers.map((rows) => rows[0].doubled), held: yield* preparedOnBackend(run, sql) }
+      }))
+    expect(exit).toEqual(Exit.succeed({ answers: [2, 4, 6], held: [expect.stringContaining("/* marked */")] }))
+  })
+
+  test("with DB_PREPARED_STATEMENTS off, or unmarked, nothing is prepared", async () => {
+    const exit = await withRunner((run, sql) =>
+      Effect.gen(function*() {
+        yield* run(sql`SELECT 1 AS one /* unmarked */`)
+        const unmarked = yield* preparedOnBackend(run, sql)
+        const off = yield* Effect.provideService(
+          Effect.flatMap(StatementRunner, (offRun) =>
+            Effect.zipRight(offRun(prepared(sql`SELECT 2 AS two /* flag off */`)), preparedOnBackend(offRun, sql))),
+          PreparedStatements,
+          false
+        )
+        return { unmarked, off }
+      }))
+    const held = Exit.map(exit, ({ off, unmarked }) => [...unmarked, ...off].filter((text) => /unmarked|flag off/.test(text)))
+    expect(held).toEqual(Exit.succeed([]))
   })
 })

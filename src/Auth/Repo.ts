@@ -6,7 +6,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { atRepoBoundary } from "../Repository.js"
-import { StatementRunner } from "../StatementRunner.js"
+import { prepared, StatementRunner } from "../StatementRunner.js"
 import { Plan, Scope } from "./Domain.js"
 
 /** A live key and what its account may do. */
@@ -37,10 +37,10 @@ export class KeysRepo extends Effect.Service<KeysRepo>()("hookline/KeysRepo", {
       Request: Schema.String,
       Result: KeyOwnerRow,
       execute: (hash) =>
-        run(sql`
+        run(prepared(sql`
           SELECT k.id AS key_id, k.account_id, a.plan, a.suspended, k.scopes
             FROM api_keys k JOIN accounts a ON a.id = k.account_id
-           WHERE k.key_hash = ${hash} AND k.revoked_at IS NULL`)
+           WHERE k.key_hash = ${hash} AND k.revoked_at IS NULL`))
     })
 
     const insertKey = SqlSchema.single({

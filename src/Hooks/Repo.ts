@@ -10,7 +10,7 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Option, type ParseResult, Schema } from "effect"
 import { ServiceUnavailable } from "../Errors.js"
 import { orDieOnDb } from "../Sql.js"
-import { StatementRunner } from "../StatementRunner.js"
+import { prepared, StatementRunner } from "../StatementRunner.js"
 import { HookCategory, HookLean } from "./Api.js"
 import {
   catalogVersionSql,
@@ -96,8 +96,9 @@ export class CatalogRepo extends Effect.Service<CatalogRepo>()("hookline/Catalog
     const run = yield* StatementRunner
     const { searchTimeout } = yield* CatalogConfig
 
+    /** A statement whose plan does not depend on its parameters (lookups, the batch upsert): prepared once per connection. */
     const read = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
-      run(sql.unsafe(text, params as Array<unknown>)).pipe(Effect.flatMap(decode), orDieOnDb)
+      run(prepared(sql.unsafe(text, params as Array<unknown>))).pipe(Effect.flatMap(decode), orDieOnDb)
 
     /** A page under SEARCH_TIMEOUT: past it the query is cancelled and the caller gets a 503. */
     const readPage = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>, what: string, advice: string) =>

@@ -12,7 +12,7 @@ import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { newId } from "../Ids.js"
 import { statementAtBoundary } from "../Repository.js"
-import { StatementRunner } from "../StatementRunner.js"
+import { prepared, StatementRunner } from "../StatementRunner.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
 
@@ -89,7 +89,7 @@ const walletStatements = (sql: SqlClient.SqlClient, run: Run) => {
     Request: AccountId,
     Result: WalletRow,
     execute: (accountId) =>
-      run(sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`)
+      run(prepared(sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`))
   })
 
   const rollOver = SqlSchema.single({
@@ -147,7 +147,7 @@ const holdStatements = (sql: SqlClient.SqlClient, run: Run) => {
     Request: HoldDebit,
     Result: DebitRow,
     execute: (debit) =>
-      run(debitStatement(sql, debit, {
+      run(prepared(debitStatement(sql, debit, {
         holdId: debit.holdId,
         // The database clock decides expiry, so processes with skewed clocks agree.
         expiresAt: debit.expiresInSeconds === null
@@ -156,20 +156,20 @@ const holdStatements = (sql: SqlClient.SqlClient, run: Run) => {
         // A hold that expires is a metered request's, settled or refunded before it answers (or
         // by the sweeper); one that does not is a prediction's, the record of an accepted job.
         commitWithoutFlush: debit.expiresInSeconds !== null
-      }))
+      })))
   })
 
   const chargeAtOnce = SqlSchema.findOne({
     Request: Debit,
     Result: DebitRow,
-    execute: (debit) => run(debitStatement(sql, debit, null))
+    execute: (debit) => run(prepared(debitStatement(sql, debit, null)))
   })
 
   const resolveAs = (status: "settled" | "refunded" | "voided") =>
     SqlSchema.findOne({
       Request: Resolve,
       Result: ResolveRow,
-      execute: ({ charge, holdId }) => run(resolveStatement(sql, holdId, charge, status))
+      execute: ({ charge, holdId }) => run(prepared(resolveStatement(sql, holdId, charge, status)))
     })
 
   const expiredHoldIds = SqlSchema.findAll({
