@@ -39,6 +39,14 @@ export class PreparedStatements extends Context.Reference<PreparedStatements>()(
   defaultValue: () => true
 }) {}
 
+/**
+ * A FROM item that turns synchronous_commit off for the rest of the transaction: a statement run
+ * on its own that joins it commits without waiting for the disk. For writes whose loss in a
+ * database crash is harmless because a later synchronous commit, made before anyone is answered,
+ * flushes the log past them (the idempotency claim, a metered request's hold).
+ */
+export const commitWithoutFlush = "(SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only"
+
 /** A pool on DATABASE_URL, checked with one query at start (as PgClient.layer does). */
 const networkPool = (url: Redacted.Redacted, max: number, statementTimeout: Duration.Duration) =>
   Effect.acquireRelease(

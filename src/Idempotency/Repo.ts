@@ -6,6 +6,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { atRepoBoundary } from "../Repository.js"
+import { commitWithoutFlush } from "../Sql.js"
 
 /** A key's row as a repeat sees it (the body still sealed). */
 export const KeyRow = Schema.Struct({
@@ -62,7 +63,7 @@ const claimKey = (sql: SqlClient.SqlClient) =>
                (scope, key, fingerprint, method, path, status, owner, locked_at, request_id, created_at, expires_at)
         SELECT ${claim.scope}, ${claim.key}, ${claim.fingerprint}, ${claim.method}, ${claim.path},
                'in_progress', ${claim.owner}, now(), ${claim.requestId}, now(), now() + make_interval(secs => ${claim.ttlSeconds})
-          FROM (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only
+          FROM ${sql.literal(commitWithoutFlush)}
         ON CONFLICT (scope, key) DO UPDATE
            SET fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
                status = 'in_progress', owner = EXCLUDED.owner, locked_at = now(), request_id = EXCLUDED.request_id,

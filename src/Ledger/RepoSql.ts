@@ -5,6 +5,7 @@
 import type { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
 import { newId } from "../Ids.js"
+import { commitWithoutFlush } from "../Sql.js"
 
 /**
  * Starts a new monthly period for every wallet whose period has ended (or only `accountId`'s):
@@ -80,7 +81,7 @@ export const debitStatement = (
         INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
         SELECT ${hold.holdId}, ${accountId}, from_monthly, from_topup, ${operation},
                ${debit.referenceId}, ${debit.requestId}, ${hold.expiresAt}, period_end
-          FROM upd${hold.commitWithoutFlush ? sql`, (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only` : sql``}
+          FROM upd${hold.commitWithoutFlush ? sql`, ${sql.literal(commitWithoutFlush)}` : sql``}
         RETURNING id
       )`
   return sql`
