@@ -8,6 +8,9 @@ import { randomBytes } from "node:crypto"
 import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
 
+/** DB_CANCEL_GRACE's default: a short statement is left to finish (src/Sql.ts, CancelGrace). */
+export const defaultCancelGrace = Duration.millis(100)
+
 export const ServerConfig = Config.all({
   port: Config.integer("PORT").pipe(Config.withDefault(8080)),
   host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
@@ -22,6 +25,8 @@ export const ServerConfig = Config.all({
   dbStatementTimeout: Config.duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
   /** Hot statements kept prepared on each connection (off behind a pooler that cannot carry them). */
   dbPreparedStatements: Config.boolean("DB_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
+  /** How long an abandoned request's statement may still run before it is cancelled (src/Sql.ts, CancelGrace). */
+  dbCancelGrace: Config.duration("DB_CANCEL_GRACE").pipe(Config.withDefault(defaultCancelGrace)),
   maxJsonBodyBytes: Config.integer("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),
   seedDemo: Config.boolean("SEED_DEMO").pipe(Config.withDefault(true)),
   demoCatalogSize: Config.integer("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))

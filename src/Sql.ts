@@ -9,7 +9,7 @@ import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Context, Duration, Effect, Layer, Option, ParseResult, Redacted, Stream } from "effect"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
-import { ServerConfig } from "./Config.js"
+import { defaultCancelGrace, ServerConfig } from "./Config.js"
 import { embeddedPool } from "./EmbeddedDb.js"
 
 /** How the database is reached; background work polls instead of LISTEN in embedded mode. */
@@ -37,6 +37,15 @@ export class DbPool extends Context.Tag("hookline/DbPool")<DbPool, Pg.Pool>() {}
  */
 export class PreparedStatements extends Context.Reference<PreparedStatements>()("hookline/PreparedStatements", {
   defaultValue: () => true
+}) {}
+
+/**
+ * How long a statement whose request was abandoned (the client hung up) may still run before it is
+ * cancelled on the server (DB_CANCEL_GRACE). A cancel costs PostgreSQL a backend for the cancel and
+ * another to replace the connection, which is more than a short statement costs to finish.
+ */
+export class CancelGrace extends Context.Reference<CancelGrace>()("hookline/CancelGrace", {
+  defaultValue: (): Duration.Duration => defaultCancelGrace
 }) {}
 
 /**
@@ -98,7 +107,7 @@ const ClientLive = Layer.unwrapEffect(
     const client = Layer.unwrapEffect(
       Effect.map(DbPool, (built) => PgClient.layerFromPool({ acquire: Effect.succeed(built), types }))
     )
-    return Layer.mergeAll(client.pipe(Layer.provideMerge(pool)), mode, Layer.succeed(PreparedStatements, config.dbPreparedStatements))
+    return Layer.mergeAll(client.pipe(Layer.provideMerge(pool)), mode, Layer.succeed(PreparedStatements, config.dbPreparedStatements), Layer.succeed(CancelGrace, config.dbCancelGrace))
   })
 )
 

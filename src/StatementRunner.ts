@@ -6,7 +6,7 @@ import { SqlClient, type Statement } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Duration, Effect, FiberRef, Option } from "effect"
 import Pg from "pg"
-import { DbPool, PreparedStatements } from "./Sql.js"
+import { CancelGrace, DbPool, PreparedStatements } from "./Sql.js"
 
 /** A time limit for one statement: past it the query is cancelled on the server and `onTimeout` is the failure. */
 export interface Deadline<E> {
@@ -72,6 +72,7 @@ const runDirect = <A extends object, E>(
   params: ReadonlyArray<unknown>,
   deadline: Deadline<E> | undefined,
   name: string | undefined,
+  cancelGraceMs: number,
   retryStrayCancel = true
 ): Effect.Effect<ReadonlyArray<A>, SqlError | E> =>
   Effect.async<ReadonlyArray<A>, SqlError | E>((resume) => {
@@ -81,6 +82,8 @@ const runDirect = <A extends object, E>(
     // A cancel is a signal the backend may act on late, during the next query on its connection;
     // a connection that was sent one is therefore closed, never handed to another request.
     let cancelSent = false
+    // Set while an abandoned request waits for its statement to end within the grace.
+    let onEnded: (() => void) | undefined
     const cancel = () => {
       if (backend === undefined) return Promise.resolve()
       cancelSent = true
@@ -115,20 +118,35 @@ const runDirect = <A extends object, E>(
         // A connection whose query failed for a reason other than SQL (a lost socket) is dropped, as is one sent a cancel.
         const broken = queryError instanceof Error && !("code" in queryError)
         release(broken ? queryError : cancelSent ? new Error("sent a cancel: closed rather than reused") : undefined)
+        onEnded?.()
         if (abandoned) return deadlinePassed ? answerTimedOut() : undefined
         if (queryError === null || queryError === undefined) return resume(Effect.succeed(result.rows))
         // Cancelled by a request this statement never made: a late cancel meant for the
         // connection's previous query (sql-pg sends them too). The statement was rolled back;
         // it runs once more, on another connection.
-        if (retryStrayCancel && isStrayCancel(queryError)) return resume(runDirect(pool, text, params, deadline, name, false))
+        if (retryStrayCancel && isStrayCancel(queryError)) return resume(runDirect(pool, text, params, deadline, name, cancelGraceMs, false))
         resume(Effect.fail(new SqlError({ cause: queryError, message: "Failed to execute statement" })))
       })
     })
-    // Interrupted mid-query (a client gone): ask the server to stop it, as sql-pg does.
+    // Interrupted mid-query (the client hung up). A statement that ends within the grace is left
+    // to end, on a connection that stays in the pool; one still running then is cancelled on the
+    // server, as sql-pg does. Cancelling at once cost every hung-up request two new backends
+    // (the cancel's and the replacement's, ~25 ms of CPU each here): when a load generator
+    // stopped, PostgreSQL spent ~0.5 s starting them and every request stalled behind it.
     return Effect.suspend(() => {
       abandoned = true
       clearTimeout(timer)
-      return Effect.promise(cancel).pipe(Effect.timeoutOption(5000))
+      if (backend === undefined || cancelSent) return Effect.void
+      return Effect.async<void>((resumeInterruption) => {
+        const grace = setTimeout(() => {
+          onEnded = undefined
+          resumeInterruption(Effect.promise(cancel).pipe(Effect.timeoutOption(5000), Effect.asVoid))
+        }, cancelGraceMs)
+        onEnded = () => {
+          clearTimeout(grace)
+          resumeInterruption(Effect.void)
+        }
+      })
     })
   })
 
@@ -140,6 +158,7 @@ const runDirect = <A extends object, E>(
 export const StatementRunner = Effect.gen(function*() {
   const pool = Option.getOrUndefined(yield* Effect.serviceOption(DbPool))
   const prepare = yield* PreparedStatements
+  const cancelGraceMs = Duration.toMillis(yield* CancelGrace)
   function run<A extends object>(statement: Statement.Statement<A>): Effect.Effect<ReadonlyArray<A>, SqlError>
   function run<A extends object, E>(statement: Statement.Statement<A>, deadline: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E>
   function run<A extends object, E>(statement: Statement.Statement<A>, deadline?: Deadline<E>): Effect.Effect<ReadonlyArray<A>, SqlError | E> {
@@ -148,7 +167,7 @@ export const StatementRunner = Effect.gen(function*() {
         return deadline === undefined ? statement : Effect.timeoutFail(statement, deadline)
       }
       const [text, params] = statement.compile()
-      return runDirect<A, E>(pool, text, params, deadline, prepare && marked.has(statement) ? statementName(text) : undefined)
+      return runDirect<A, E>(pool, text, params, deadline, prepare && marked.has(statement) ? statementName(text) : undefined, cancelGraceMs)
     })
   }
   return run

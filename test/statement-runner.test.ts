@@ -1,15 +1,16 @@
 /**
  * StatementRunner (src/Sql.ts) on a real Postgres, no HTTP: statements outside transactions and
- * traces run straight on the pool, a deadline cancels the query on the server, a connection that
- * was sent a cancel is closed rather than reused, and a cancel the statement never asked for (a
- * late one meant for the connection's previous query) is survived by running it again.
+ * traces run straight on the pool, a deadline cancels the query on the server, an abandoned query
+ * is cancelled only when it outlives DB_CANCEL_GRACE, a connection that was sent a cancel is
+ * closed rather than reused, and a cancel the statement never asked for (a late one meant for the
+ * connection's previous query) is survived by running it again.
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Duration, Effect, Either, Exit, Fiber, Layer, ManagedRuntime, Option } from "effect"
+import { Duration, Effect, Either, Exit, Fiber, identity, Layer, ManagedRuntime, Option } from "effect"
 import type Pg from "pg"
-import { DbPool, PreparedStatements } from "../src/Sql.js"
+import { CancelGrace, DbPool, PreparedStatements } from "../src/Sql.js"
 import { prepared, StatementRunner } from "../src/StatementRunner.js"
 import { createDatabase, dropDatabase, testPool } from "./support/server.js"
 
@@ -41,14 +42,18 @@ afterAll(async () => {
 
 /** Runs `use` with the runner and the SQL client, untraced (as an unsampled request). */
 const withRunner = <A, E>(
-  use: (run: Effect.Effect.Success<typeof StatementRunner>, sql: SqlClient.SqlClient) => Effect.Effect<A, E>
+  use: (run: Effect.Effect.Success<typeof StatementRunner>, sql: SqlClient.SqlClient) => Effect.Effect<A, E>,
+  cancelGrace?: Duration.Duration
 ) =>
   runtime.runPromiseExit(
     Effect.gen(function*() {
       const run = yield* StatementRunner
       const sql = yield* SqlClient.SqlClient
       return yield* use(run, sql)
-    }).pipe(Effect.withTracerEnabled(false))
+    }).pipe(
+      cancelGrace === undefined ? identity : Effect.provideService(CancelGrace, cancelGrace),
+      Effect.withTracerEnabled(false)
+    )
   )
 
 const backendPid = (run: Effect.Effect.Success<typeof StatementRunner>, sql: SqlClient.SqlClient) =>
@@ -78,17 +83,40 @@ describe("StatementRunner", () => {
     expect(sleeping.rows[0].n).toBe(0)
   })
 
-  test("an interrupted query is cancelled and its connection is not handed to the next statement", async () => {
+  /**
+   * Interrupts `seconds` of pg_sleep 0.1 s after it started, under `cancelGrace`: the backend before
+   * and after, and how long the interruption took.
+   */
+  const interruptSleep = async (seconds: number, cancelGrace: Duration.Duration) => {
     const exit = await withRunner((run, sql) =>
       Effect.gen(function*() {
         const before = yield* backendPid(run, sql)
-        const sleeping = yield* Effect.fork(run(sql`SELECT pg_sleep(5)`))
-        yield* Effect.sleep(Duration.millis(200))
+        const sleeping = yield* Effect.fork(run(sql`SELECT pg_sleep(${seconds})`))
+        yield* Effect.sleep(Duration.millis(100))
+        const started = Date.now()
         yield* Fiber.interrupt(sleeping)
-        return { before, after: yield* backendPid(run, sql) }
-      }))
+        const waited = Date.now() - started
+        return { before, after: yield* backendPid(run, sql), waited }
+      }), cancelGrace)
     if (Exit.isFailure(exit)) throw new Error("the runner failed")
-    expect(exit.value.after).not.toBe(exit.value.before)
+    return exit.value
+  }
+
+  test("an interrupted query still running past DB_CANCEL_GRACE is cancelled and its connection is not handed to the next statement", async () => {
+    const { after, before, waited } = await interruptSleep(5, Duration.millis(300))
+    expect(waited).toBeGreaterThanOrEqual(250)
+    expect(waited).toBeLessThan(4_000)
+    expect(after).not.toBe(before)
+    const sleeping = await observer.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(%' AND state = 'active'")
+    expect(sleeping.rows[0].n).toBe(0)
+  })
+
+  test("an interrupted query that ends within DB_CANCEL_GRACE is left to end: no cancel, its connection stays in the pool", async () => {
+    const { after, before, waited } = await interruptSleep(0.4, Duration.seconds(5))
+    // The interruption waited for the statement to end (~0.3 s), not for the grace.
+    expect(waited).toBeGreaterThanOrEqual(200)
+    expect(waited).toBeLessThan(4_000)
+    expect(after).toBe(before)
   })
 
   test("a cancel the statement never sent is survived: the statement runs again and answers", async () => {
