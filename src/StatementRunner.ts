@@ -65,6 +65,12 @@ const cancelBackend = async (pool: Pg.Pool, backend: number) => {
  * and span, and `Effect.timeout` forks a fiber per call; together they cost more CPU than the
  * query itself (bench/README.md, "Where a request's CPU goes"), and the hot routes run one to
  * three statements and no transaction.
+ *
+ * Interrupted mid-query (the client hung up), a statement that ends within `cancelGraceMs` is left
+ * to end, on a connection that stays in the pool; one still running then is cancelled on the
+ * server, as sql-pg does. Cancelling at once cost every hung-up request two new backends (the
+ * cancel's and the replacement's, ~25 ms of CPU each on the 2-core machine): when a load generator
+ * stopped, PostgreSQL spent ~0.5 s starting them and every request stalled behind it.
  */
 const runDirect = <A extends object, E>(
   pool: Pg.Pool,
@@ -128,11 +134,7 @@ const runDirect = <A extends object, E>(
         resume(Effect.fail(new SqlError({ cause: queryError, message: "Failed to execute statement" })))
       })
     })
-    // Interrupted mid-query (the client hung up). A statement that ends within the grace is left
-    // to end, on a connection that stays in the pool; one still running then is cancelled on the
-    // server, as sql-pg does. Cancelling at once cost every hung-up request two new backends
-    // (the cancel's and the replacement's, ~25 ms of CPU each here): when a load generator
-    // stopped, PostgreSQL spent ~0.5 s starting them and every request stalled behind it.
+    // Interrupted mid-query (the client hung up): wait for the end within the grace, then cancel.
     return Effect.suspend(() => {
       abandoned = true
       clearTimeout(timer)
