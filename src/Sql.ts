@@ -56,8 +56,11 @@ export class CancelGrace extends Context.Reference<CancelGrace>()("hookline/Canc
  */
 export const commitWithoutFlush = "(SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only"
 
+/** The longest delay a JavaScript timer holds; a longer one fires at once. */
+const longestTimer = Duration.millis(2 ** 31 - 1)
+
 /** A pool on DATABASE_URL, checked with one query at start (as PgClient.layer does). */
-const networkPool = (url: Redacted.Redacted, max: number, statementTimeout: Duration.Duration) =>
+const networkPool = (url: Redacted.Redacted, max: number, statementTimeout: Duration.Duration, idleTimeout: Duration.Duration) =>
   Effect.acquireRelease(
     Effect.sync(() => {
       const pool = new Pg.Pool({
@@ -65,6 +68,8 @@ const networkPool = (url: Redacted.Redacted, max: number, statementTimeout: Dura
         max,
         types,
         application_name: "hookline",
+        // 0 keeps idle connections; so does a duration past what a timer can hold (~24.8 days).
+        idleTimeoutMillis: Duration.lessThanOrEqualTo(idleTimeout, longestTimer) ? Math.round(Duration.toMillis(idleTimeout)) : 0,
         // Sent as a startup parameter: every session starts with it, no extra round trip.
         statement_timeout: Math.round(Duration.toMillis(statementTimeout))
       })
@@ -101,7 +106,7 @@ const ClientLive = Layer.unwrapEffect(
           embeddedPool(config.dataDir, types).pipe(
             Effect.catchTag("DataDirLocked", (locked) => new SqlError({ cause: locked, message: locked.message }))
           ),
-        onSome: (url) => networkPool(url, config.pgMaxConnections, config.dbStatementTimeout)
+        onSome: (url) => networkPool(url, config.pgMaxConnections, config.dbStatementTimeout, config.pgIdleTimeout)
       })
     )
     const client = Layer.unwrapEffect(
@@ -133,7 +138,7 @@ const MigratorLive = Layer.effectDiscard(
       onNone: () => migrate,
       onSome: (url) =>
         migrate.pipe(
-          Effect.provide(PgClient.layerFromPool({ acquire: networkPool(url, 1, Duration.zero), types })),
+          Effect.provide(PgClient.layerFromPool({ acquire: networkPool(url, 1, Duration.zero, Duration.zero), types })),
           Effect.scoped
         )
     })

@@ -1,0 +1,43 @@
+/**
+ * The server's pool of PostgreSQL connections (src/Sql.ts): idle connections stay open for
+ * PG_IDLE_TIMEOUT (5 minutes by default), not pg's own 10 s, so a burst of requests after a quiet
+ * spell does not wait for new backends; set shorter, they close, and the next request reopens one.
+ */
+import { describe, expect, test } from "bun:test"
+import { startTestServer, type TestServer } from "./support/server.js"
+
+/** The server's own backends on its database, by process id. */
+const serverBackends = async (server: TestServer): Promise<Array<number>> => {
+  const { rows } = await server.db.query<{ pid: number }>(
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'hookline' ORDER BY pid"
+  )
+  return rows.map((row) => row.pid)
+}
+
+const walletStatus = async (server: TestServer, key: string) => (await server.request("/v1/wallet", { key })).status
+
+describe("idle pool connections", () => {
+  test("outlive pg's own 10 s idle timeout by default, and close after PG_IDLE_TIMEOUT when it is set shorter", async () => {
+    const [kept, closed] = await Promise.all([
+      startTestServer({}, { background: false }),
+      startTestServer({ PG_IDLE_TIMEOUT: "300 millis" }, { background: false })
+    ])
+    try {
+      const keys = await Promise.all([kept.account(), closed.account()])
+      expect(await walletStatus(kept, keys[0].key)).toBe(200)
+      expect(await walletStatus(closed, keys[1].key)).toBe(200)
+      const keptBefore = await serverBackends(kept)
+      expect(keptBefore.length).toBeGreaterThan(0)
+      expect((await serverBackends(closed)).length).toBeGreaterThan(0)
+
+      await Bun.sleep(11_000)
+      expect(await serverBackends(kept)).toEqual(keptBefore)
+      expect(await serverBackends(closed)).toEqual([])
+      // The next request opens a connection again.
+      expect(await walletStatus(closed, keys[1].key)).toBe(200)
+      expect((await serverBackends(closed)).length).toBeGreaterThan(0)
+    } finally {
+      await Promise.all([kept.close(), closed.close()])
+    }
+  }, 60_000)
+})
