@@ -12,31 +12,31 @@ import { join, resolve } from "node:path"
 export const defaultCancelGrace = Duration.millis(100)
 
 export const ServerConfig = Config.all({
-  port: Config.integer("PORT").pipe(Config.withDefault(8080)),
-  host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
-  publicBaseUrl: Config.option(Config.string("PUBLIC_BASE_URL")),
-  databaseUrl: Config.option(Config.redacted("DATABASE_URL")),
-  dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.hookline"), Config.map((dir) => resolve(dir))),
-  pgMaxConnections: Config.integer("PG_MAX_CONNECTIONS").pipe(Config.withDefault(10)),
+  port: Config.Int("PORT").pipe(Config.withDefault(8080)),
+  host: Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
+  publicBaseUrl: Config.option(Config.String("PUBLIC_BASE_URL")),
+  databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
+  dataDir: Config.String("DATA_DIR").pipe(Config.withDefault("./.hookline"), Config.map((dir) => resolve(dir))),
+  pgMaxConnections: Config.Int("PG_MAX_CONNECTIONS").pipe(Config.withDefault(10)),
   /**
    * How long a pool connection may sit idle before it is closed (0: never). Reopening one costs a
    * PostgreSQL backend start (~25–30 ms of CPU on the 2-core machine), paid by the next burst's requests.
    */
-  pgIdleTimeout: Config.duration("PG_IDLE_TIMEOUT").pipe(Config.withDefault(Duration.minutes(5))),
+  pgIdleTimeout: Config.Duration("PG_IDLE_TIMEOUT").pipe(Config.withDefault(Duration.minutes(5))),
   /**
    * Every statement on the server's connections is cancelled by PostgreSQL past this (0: never),
    * so no request can hold a connection longer; migrations and the admin import lift it.
    */
-  dbStatementTimeout: Config.duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  dbStatementTimeout: Config.Duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
   /** Hot statements kept prepared on each connection (off behind a pooler that cannot carry them). */
-  dbPreparedStatements: Config.boolean("DB_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
+  dbPreparedStatements: Config.Boolean("DB_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
   /** How long an abandoned request's statement may still run before it is cancelled (src/Sql.ts, CancelGrace). */
-  dbCancelGrace: Config.duration("DB_CANCEL_GRACE").pipe(Config.withDefault(defaultCancelGrace)),
-  maxJsonBodyBytes: Config.integer("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),
-  seedDemo: Config.boolean("SEED_DEMO").pipe(Config.withDefault(true)),
-  demoCatalogSize: Config.integer("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))
+  dbCancelGrace: Config.Duration("DB_CANCEL_GRACE").pipe(Config.withDefault(defaultCancelGrace)),
+  maxJsonBodyBytes: Config.Int("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),
+  seedDemo: Config.Boolean("SEED_DEMO").pipe(Config.withDefault(true)),
+  demoCatalogSize: Config.Int("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))
 })
-export type ServerConfig = Config.Config.Success<typeof ServerConfig>
+export type ServerConfig = Config.Success<typeof ServerConfig>
 
 /** The address clients reach this server on (upload links are built from it). */
 export const publicBaseUrl = (config: ServerConfig): string =>
@@ -107,9 +107,9 @@ const storedSecrets = (dataDir: string, needed: ReadonlyArray<keyof StoredSecret
 export const loadServerSecrets = Effect.gen(function*() {
   const config = yield* ServerConfig
   const fromEnv = yield* Config.all({
-    adminToken: Config.option(Config.redacted("ADMIN_TOKEN")),
-    cursorSecret: Config.option(Config.redacted("CURSOR_SECRET")),
-    webhookSecretKey: Config.option(Config.redacted("WEBHOOK_SECRET_KEY"))
+    adminToken: Config.option(Config.Redacted("ADMIN_TOKEN")),
+    cursorSecret: Config.option(Config.Redacted("CURSOR_SECRET")),
+    webhookSecretKey: Config.option(Config.Redacted("WEBHOOK_SECRET_KEY"))
   })
   const given = (value: Option.Option<Redacted.Redacted<string>>) => Option.filter(value, (secret) => Redacted.value(secret) !== "")
   const embedded = Option.isNone(config.databaseUrl)
@@ -133,6 +133,6 @@ export const loadServerSecrets = Effect.gen(function*() {
   } satisfies ServerSecrets
 })
 
-export class Secrets extends Context.Tag("hookline/Secrets")<Secrets, ServerSecrets>() {
-  static readonly Live = Layer.effect(Secrets, loadServerSecrets)
+export class Secrets extends Context.Service<Secrets, ServerSecrets>()("hookline/Secrets") {
+  static readonly layer = Layer.effect(Secrets, loadServerSecrets)
 }

@@ -6,7 +6,7 @@
  *
  * Stored form: `v1.` + base64url(12-byte nonce ‖ 16-byte tag ‖ ciphertext).
  */
-import { Either } from "effect"
+import { Result } from "effect"
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto"
 
 /** Why a stored value did not open. */
@@ -14,7 +14,7 @@ export type UnsealFailure = "unknown_format" | "truncated" | "wrong_key"
 
 export interface Sealer {
   readonly seal: (plain: string, binding: string) => string
-  readonly open: (sealed: string, binding: string) => Either.Either<string, UnsealFailure>
+  readonly open: (sealed: string, binding: string) => Result.Result<string, UnsealFailure>
 }
 
 const version = "v1."
@@ -33,18 +33,18 @@ export const makeSealer = (serverKey: string, purpose: string): Sealer => {
     return version + Buffer.concat([nonce, cipher.getAuthTag(), ciphertext]).toString("base64url")
   }
 
-  const open = (sealed: string, binding: string): Either.Either<string, UnsealFailure> => {
-    if (!sealed.startsWith(version)) return Either.left("unknown_format")
+  const open = (sealed: string, binding: string): Result.Result<string, UnsealFailure> => {
+    if (!sealed.startsWith(version)) return Result.fail("unknown_format")
     const raw = Buffer.from(sealed.slice(version.length), "base64url")
     // An empty plaintext seals to nonce and tag alone, so only shorter is truncated.
-    if (raw.length < nonceBytes + tagBytes) return Either.left("truncated")
+    if (raw.length < nonceBytes + tagBytes) return Result.fail("truncated")
     try {
       const decipher = createDecipheriv("aes-256-gcm", key, raw.subarray(0, nonceBytes))
       decipher.setAAD(Buffer.from(binding, "utf8"))
       decipher.setAuthTag(raw.subarray(nonceBytes, nonceBytes + tagBytes))
-      return Either.right(Buffer.concat([decipher.update(raw.subarray(nonceBytes + tagBytes)), decipher.final()]).toString("utf8"))
+      return Result.succeed(Buffer.concat([decipher.update(raw.subarray(nonceBytes + tagBytes)), decipher.final()]).toString("utf8"))
     } catch {
-      return Either.left("wrong_key")
+      return Result.fail("wrong_key")
     }
   }
 

@@ -7,7 +7,7 @@
  * another endpoint or query fails verification and the request gets 400 invalid_cursor. The
  * position schema then checks the shape. Cursors carry no expiry: a keyset position stays valid.
  */
-import { Effect, Either, Option, Redacted, Schema } from "effect"
+import { Effect, Option, Redacted, Schema } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { InvalidCursor } from "./Errors.js"
 
@@ -33,7 +33,7 @@ export const decodeCursor = <A, I>(
   secret: Redacted.Redacted<string>,
   binding: string,
   cursor: string,
-  position: Schema.Schema<A, I>
+  position: Schema.Codec<A, I>
 ): Option.Option<A> => {
   if (cursor.length === 0 || cursor.length > maxCursorLength || !/^[A-Za-z0-9_-]+$/.test(cursor)) return Option.none()
   const raw = Buffer.from(cursor, "base64url")
@@ -46,7 +46,7 @@ export const decodeCursor = <A, I>(
   } catch {
     return Option.none()
   }
-  return Either.getRight(Schema.decodeUnknownEither(position)(parsed))
+  return Schema.decodeUnknownOption(position)(parsed)
 }
 
 const invalidCursor = new InvalidCursor({
@@ -58,7 +58,7 @@ export const readCursor = <A, I>(
   secret: Redacted.Redacted<string>,
   binding: string,
   cursor: string | undefined,
-  position: Schema.Schema<A, I>
+  position: Schema.Codec<A, I>
 ): Effect.Effect<Option.Option<A>, InvalidCursor> =>
   cursor === undefined
     ? Effect.succeed(Option.none())

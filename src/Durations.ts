@@ -5,5 +5,5 @@
 import { Duration } from "effect"
 
 /** Whole seconds, rounded up and at least `atLeast`: Retry-After, RateLimit fields, presigned URL lifetimes. */
-export const wholeSeconds = (duration: Duration.DurationInput, atLeast = 0): number =>
+export const wholeSeconds = (duration: Duration.Input, atLeast = 0): number =>
   Math.max(atLeast, Math.ceil(Duration.toSeconds(duration)))

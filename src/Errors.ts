@@ -1,17 +1,15 @@
 /**
  * Every error the API can answer with, as a Schema-typed class plus its wire form.
  *
- * A domain error is a plain `Schema.TaggedError` with a message. Its *wire* schema encodes
+ * A domain error is a plain `Schema.TaggedErrorClass` with a message. Its *wire* schema encodes
  * it as the contract's envelope `{ error: { type, message, request_id } }` with its HTTP
  * status, and decodes the envelope back into the class so the typed client gets instances.
  */
-import { HttpApiSchema } from "@effect/platform"
-import { Context, Effect, ParseResult, Schema } from "effect"
+import { Context, Effect, Schema, SchemaGetter } from "effect"
+import { HttpApiSchema } from "effect/http-api"
 
 /** The id of the request being served; the request-id middleware provides it. */
-export class RequestId extends Context.Reference<RequestId>()("hookline/RequestId", {
-  defaultValue: () => "req_unknown"
-}) {}
+export const RequestId = Context.Reference<string>("hookline/RequestId", { defaultValue: () => "req_unknown" })
 
 const envelopeBody = (type: string) =>
   Schema.Struct({
@@ -22,28 +20,30 @@ const envelopeBody = (type: string) =>
     })
   })
 
-type MessageError<A, I> = Schema.Schema<A, I> & {
-  new(props: { readonly message: string }): A
-}
+/** An error class whose encoded form is `{ _tag, message }`. */
+type MessageError<A extends { readonly _tag: string; readonly message: string }> =
+  & Schema.Codec<A, { readonly _tag: A["_tag"]; readonly message: string }>
+  & (new(props: { readonly message: string }) => A)
 
-const envelope = <A extends { readonly message: string }, I>(
-  errorClass: MessageError<A, I>,
+const envelope = <A extends { readonly _tag: string; readonly message: string }>(
+  errorClass: MessageError<A>,
   type: string,
   status: number,
   description: string,
   /** Components name; two wires of one error type with different descriptions need distinct ones. */
   identifier = `Error_${type}`
-) =>
-  Schema.transformOrFail(envelopeBody(type), Schema.typeSchema(errorClass), {
-    strict: true,
-    decode: (body) => ParseResult.succeed(new errorClass({ message: body.error.message })),
-    encode: (error) =>
-      Effect.map(RequestId, (request_id) => ({ error: { type, message: error.message, request_id } }))
-  }).annotations({
-    ...HttpApiSchema.annotations({ status }),
-    identifier,
-    description
-  })
+) => {
+  const tag: A["_tag"] = new errorClass({ message: "" })._tag
+  return envelopeBody(type).pipe(
+    Schema.decodeTo(errorClass, {
+      decode: SchemaGetter.transform((body) => ({ _tag: tag, message: body.error.message })),
+      encode: SchemaGetter.transformEffect((error) =>
+        Effect.map(RequestId, (request_id) => ({ error: { type, message: error.message, request_id } }))
+      )
+    }),
+    HttpApiSchema.status(status)
+  ).annotate({ identifier, description })
+}
 
 export class InvalidCursor extends Schema.TaggedError<InvalidCursor>()("InvalidCursor", {
   message: Schema.String
