@@ -9,7 +9,7 @@ import { Context, Effect } from "effect"
 const fibers = 100_000
 const inFlight = 32
 
-class Extra extends Context.Tag("bench/Extra")<Extra, number>() {}
+class Extra extends Context.Service<Extra, number>()("bench/Extra") {}
 
 const cpuMicros = () => {
   const usage = process.cpuUsage()
@@ -17,7 +17,7 @@ const cpuMicros = () => {
 }
 
 /** One I/O wait: the fiber suspends and is resumed from the event loop, as after a query. */
-const suspend = Effect.async<void>((resume) => {
+const suspend = Effect.callback<void>((resume) => {
   setImmediate(() => resume(Effect.void))
 })
 

@@ -46,13 +46,10 @@ export const runLedgerBench = async (options: BenchOptions): Promise<Array<Scena
   await server.stop()
 
   const dataDir = mkdtempSync(join(tmpdir(), "hookline-bench-ledger-"))
-  const config = ConfigProvider.fromMap(new Map([
-    ["DATABASE_URL", databaseUrl],
-    ["DATA_DIR", dataDir],
-    ["PG_MAX_CONNECTIONS", String(poolSize)],
-    ["LOG_LEVEL", "warning"]
-  ]))
-  const runtime = ManagedRuntime.make(Ledger.Default.pipe(Layer.provide(SqlLive), Layer.provide(Layer.setConfigProvider(config))))
+  const config = ConfigProvider.fromEnv({
+    env: { DATABASE_URL: databaseUrl, DATA_DIR: dataDir, PG_MAX_CONNECTIONS: String(poolSize), LOG_LEVEL: "warning" }
+  })
+  const runtime = ManagedRuntime.make(Ledger.layer.pipe(Layer.provide(SqlLive), Layer.provide(ConfigProvider.layer(config))))
   const pool = new Pg.Pool({ connectionString: databaseUrl, max: poolSize, application_name: "hookline-baseline" })
   try {
     const ledger = await runtime.runPromise(Ledger)

@@ -183,9 +183,7 @@ const runPipeline = async (server: HooklineServer, clip: Uint8Array<ArrayBuffer>
 /** The scorer alone on the clip, `workers` at once (in this process; ffmpeg runs in its own). */
 const scorerAlone = async (path: string, window: Window) => {
   const scorer = await Effect.runPromise(
-    ClipScorer.pipe(
-      Effect.provide(ClipScorer.Default.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromEnv()))))
-    )
+    Effect.service(ClipScorer).pipe(Effect.provide(ClipScorer.layer))
   )
   return measure(window, async () => {
     await Effect.runPromise(scorer.score({ path }))

@@ -1,24 +1,22 @@
 /**
  * The CPU one SQL statement costs in this process, by the way it is run: the `pg` driver alone,
- * @effect/sql's statement, Hookline's StatementRunner (src/Sql.ts), and the Effect combinators
- * a request path might wrap around a statement. CPU is this process's user + system time
- * (process.cpuUsage, every thread: the garbage collector's included) per statement, with 32
- * statements in flight, so it does not depend on what else the machine is doing the way req/s
- * does. Postgres's own CPU is not counted.
+ * an @effect/sql-pg statement (its own wire protocol, prepared statements cached), and the
+ * Effect combinators a request path might wrap around a statement. CPU is this process's user +
+ * system time (process.cpuUsage, every thread: the garbage collector's included) per statement,
+ * with 32 statements in flight, so it does not depend on what else the machine is doing the way
+ * req/s does. Postgres's own CPU is not counted.
  *
  *   bun bench/statement-cost.ts [--statements 20000]
  *
  * Standalone (not a row of bench/run.ts): it explains the rows, it is not one. See
  * bench/README.md, "Where a request's CPU goes".
  */
-import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, ManagedRuntime } from "effect"
+import { Duration, Effect, ManagedRuntime, Redacted, References } from "effect"
+import { SqlClient } from "effect/sql"
 import { parseArgs } from "node:util"
 import Pg from "pg"
 import { traced } from "../src/Observability/Tracing.js"
-import { DbPool } from "../src/Sql.js"
-import { StatementRunner } from "../src/StatementRunner.js"
 import { freshDatabase } from "./support/processes.js"
 
 const { values } = parseArgs({ args: process.argv.slice(2), options: { statements: { type: "string" } } })
@@ -32,21 +30,17 @@ await pool.query("INSERT INTO wallets SELECT 'acct_' || i, 100, 200 FROM generat
 const accountOf = (n: number) => `acct_${(n % 32) + 1}`
 const text = "SELECT monthly_balance, topup_balance FROM wallets WHERE account_id = $1"
 
-const runtime = ManagedRuntime.make(
-  PgClient.layerFromPool({ acquire: Effect.succeed(pool) }).pipe(Layer.provideMerge(Layer.succeed(DbPool, pool)))
-)
+const runtime = ManagedRuntime.make(PgClient.layer({ url: Redacted.make(url), maxConnections: 10 }))
 const sql = await runtime.runPromise(SqlClient.SqlClient)
-const run = await runtime.runPromise(StatementRunner)
 const statementOf = (n: number) => sql`SELECT monthly_balance, topup_balance FROM wallets WHERE account_id = ${accountOf(n)}`
 
 /** `statements` effects, 32 at a time, on the untraced path a sampled-out request takes. */
 const effects = (make: (n: number) => Effect.Effect<unknown, unknown>) => () =>
   runtime.runPromise(
     Effect.forEach(Array.from({ length: statements }, (_, n) => n), make, { concurrency: inFlight, discard: true }).pipe(
-      Effect.withTracerEnabled(false)
+      Effect.provideService(References.TracerEnabled, false)
     )
   )
-
 const promises = (make: (n: number) => Promise<unknown>) => async () => {
   let next = 0
   await Promise.all(Array.from({ length: inFlight }, async () => {
@@ -63,15 +57,12 @@ const measure = async (way: string, body: () => Promise<unknown>) => {
   rows.push({ way, cpuMicros: (used.user + used.system) / statements })
 }
 
-const deadline = { duration: Duration.seconds(5), onTimeout: () => new Error("timed out") }
 await measure("pg: pool.query", promises((n) => pool.query(text, [accountOf(n)])))
-await measure("@effect/sql statement", effects(statementOf))
-await measure("StatementRunner (direct)", effects((n) => run(statementOf(n))))
-await measure("StatementRunner + deadline", effects((n) => run(statementOf(n), deadline)))
-await measure("@effect/sql + Effect.timeoutFail", effects((n) => Effect.timeoutFail(statementOf(n), deadline)))
-await measure("StatementRunner + Effect.scoped", effects((n) => Effect.scoped(run(statementOf(n)))))
-await measure("StatementRunner + Effect.withSpan", effects((n) => Effect.withSpan(run(statementOf(n)), "span")))
-await measure("StatementRunner + traced (span only when tracing)", effects((n) => traced("span")(run(statementOf(n)))))
+await measure("@effect/sql-pg statement", effects(statementOf))
+await measure("@effect/sql-pg + Effect.timeout", effects((n) => Effect.timeout(statementOf(n), Duration.seconds(5))))
+await measure("@effect/sql-pg + Effect.scoped", effects((n) => Effect.scoped(statementOf(n))))
+await measure("@effect/sql-pg + Effect.withSpan", effects((n) => Effect.withSpan(statementOf(n), "span")))
+await measure("@effect/sql-pg + traced (span only when tracing)", effects((n) => traced("span")(statementOf(n))))
 
 await runtime.dispose()
 await pool.end()

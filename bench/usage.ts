@@ -22,12 +22,11 @@ import { median } from "./support/report.js"
 
 const runtimeOn = (databaseUrl: string) =>
   ManagedRuntime.make(
-    Usage.Default.pipe(
+    Usage.layer.pipe(
       Layer.provideMerge(SqlLive),
-      Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([
-        ["DATABASE_URL", databaseUrl],
-        ["DATA_DIR", mkdtempSync(join(tmpdir(), "hookline-bench-usage-"))]
-      ]))))
+      Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({
+        env: { DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-bench-usage-")) }
+      })))
     )
   )
 

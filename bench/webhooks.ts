@@ -12,8 +12,8 @@
  *
  * Run alone: `bun bench/webhooks.ts [--quick]`.
  */
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import type { Prediction } from "../src/Predictions/Api.js"
 import { Webhooks } from "../src/Webhooks/Webhooks.js"
@@ -88,7 +88,7 @@ export const runWebhooksBench = async ({ quick }: BenchOptions): Promise<Array<S
     const { accountId, key } = await server.account()
     const put = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: receiver.url } })
     if (put.status !== 200) throw new Error(`webhook: ${put.status} ${JSON.stringify(put.body)}`)
-    const concurrency = (await runtime.runPromise(Webhooks)).config.concurrency
+    const concurrency = (await runtime.runPromise(Effect.service(Webhooks))).config.concurrency
 
     const enqueue = (count: number) =>
       runtime.runPromise(

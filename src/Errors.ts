@@ -34,7 +34,8 @@ const envelope = <A extends { readonly _tag: string; readonly message: string }>
   identifier = `Error_${type}`
 ) => {
   const tag: A["_tag"] = new errorClass({ message: "" })._tag
-  return envelopeBody(type).pipe(
+  // OpenAPI describes the encoded side: the envelope carries the component's name and description.
+  return envelopeBody(type).annotate({ identifier, description }).pipe(
     Schema.decodeTo(errorClass, {
       decode: SchemaGetter.transform((body) => ({ _tag: tag, message: body.error.message })),
       encode: SchemaGetter.transformEffect((error) =>
@@ -42,7 +43,7 @@ const envelope = <A extends { readonly _tag: string; readonly message: string }>
       )
     }),
     HttpApiSchema.status(status)
-  ).annotate({ identifier, description })
+  )
 }
 
 export class InvalidCursor extends Schema.TaggedError<InvalidCursor>()("InvalidCursor", {

@@ -1,5 +1,5 @@
 /** Schema building blocks shared by every area's contract. */
-import { Schema } from "effect"
+import { Schema, SchemaTransformation } from "effect"
 
 /**
  * Parse options that reject properties a schema does not name (the contract's "no other
@@ -27,11 +27,18 @@ export const Cursor = Schema.String.annotate({
   description: "Opaque value from the previous page's next_cursor."
 })
 
-/** A page's `limit` query parameter: 1 to 100; 50 when absent. */
-export const PageLimit = Schema.NumberFromString.check(
-  Schema.isInt({ message: "must be an integer from 1 to 100" }),
-  Schema.isBetween({ minimum: 1, maximum: 100 }, { message: "must be an integer from 1 to 100" })
-).annotate({ description: "Page size, 1 to 100; 50 when absent." })
+const pageLimitRule = "must be an integer from 1 to 100"
+
+/**
+ * A page's `limit` query parameter: 1 to 100; 50 when absent. The description sits on the string
+ * side, the one OpenAPI shows for a query parameter.
+ */
+export const PageLimit = Schema.String.annotate({ description: "Page size, 1 to 100; 50 when absent." }).pipe(
+  Schema.decodeTo(
+    Schema.Finite.check(Schema.isInt({ message: pageLimitRule }), Schema.isBetween({ minimum: 1, maximum: 100 }, { message: pageLimitRule })),
+    SchemaTransformation.numberFromString
+  )
+)
 
 export const toTimestamp = (date: Date): string => date.toISOString()
 export const toNullableTimestamp = (date: Date | null): string | null => (date === null ? null : date.toISOString())

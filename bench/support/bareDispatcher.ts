@@ -10,7 +10,7 @@
  * checks (the receiver is a loopback IP literal, allowed by configuration on both sides), spans,
  * metrics and logs.
  */
-import { Either } from "effect"
+import { Result } from "effect"
 import { randomUUID } from "node:crypto"
 import Pg from "pg"
 import { deliveriesChannel } from "../../src/Webhooks/Repo.js"
@@ -102,7 +102,7 @@ export const startBareDispatcher = async (options: {
     let error: string | null = null
     try {
       if (row.url === null || row.secret_ciphertext === null) throw new Error("no webhook")
-      const secret = Either.getOrThrow(box.open(row.secret_ciphertext, row.account_id))
+      const secret = Result.getOrThrow(box.open(row.secret_ciphertext, row.account_id))
       const headers = {
         "content-type": "application/json",
         ...signatureHeaders([secret], row.event_id, Math.floor(Date.now() / 1000), row.body)

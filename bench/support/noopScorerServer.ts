@@ -4,7 +4,7 @@
  * bench runs it to measure the pipeline's own ceiling (API, upload, ledger, queue, workers,
  * outbox) without the media analysis.
  */
-import { BunRuntime } from "@effect/platform-bun"
+import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
 import { appLayer, ServerLive } from "../../src/App.js"
 import { LoggingLive } from "../../src/Logging.js"
@@ -12,7 +12,7 @@ import { ClipScorer } from "../../src/Predictions/Scorer.js"
 
 const NoopScorer = Layer.succeed(
   ClipScorer,
-  ClipScorer.make({
+  ClipScorer.of({
     score: () => Effect.succeed({ band: "medium", hookDurationSec: 1.5, durationSec: 15, category: null, features: {} })
   })
 )
@@ -22,5 +22,5 @@ const App = appLayer(ServerLive).pipe(Layer.provide(NoopScorer))
 
 Layer.launch(App).pipe(
   Effect.provide(LoggingLive),
-  (main) => BunRuntime.runMain(main, { disablePrettyLogger: true })
+  NodeRuntime.runMain
 )
