@@ -4,9 +4,9 @@
  * granted; both re-armed by a grant or a new period. Debits are driven through the Ledger
  * service on the server's database, as the metered routes drive them.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient } from "effect/sql"
 import { beforeAll, describe, expect, test } from "bun:test"
-import { Effect, Either } from "effect"
+import { Effect, Result } from "effect"
 import { randomBytes } from "node:crypto"
 import { Webhook as StandardWebhook } from "standardwebhooks"
 import { Ledger, type Operation } from "../src/Ledger/Ledger.js"
@@ -63,9 +63,9 @@ const alerted = async (topup: number, threshold: number | null, events?: Readonl
 const spend = (accountId: string, reserved: number, charged: number, operation: Operation = "hook") =>
   runtime.runPromise(Effect.gen(function*() {
     const ledger = yield* Ledger
-    const hold = yield* Effect.either(ledger.reserve(accountId, reserved, { operation, expires: true }))
-    if (Either.isLeft(hold)) return false
-    yield* ledger.settle(hold.right.id, charged)
+    const hold = yield* Effect.result(ledger.reserve(accountId, reserved, { operation, expires: true }))
+    if (Result.isFailure(hold)) return false
+    yield* ledger.settle(hold.success.id, charged)
     return true
   }))
 
@@ -120,7 +120,7 @@ describe("wallet.low_balance", () => {
       const sql = yield* SqlClient.SqlClient
       const ledger = yield* Ledger
       yield* ledger.reserve(accountId, 10, { operation: "hook" }).pipe(
-        Effect.zipRight(Effect.fail("the request failed after its debit")),
+        Effect.andThen(Effect.fail("the request failed after its debit")),
         sql.withTransaction,
         Effect.ignore
       )

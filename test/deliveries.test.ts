@@ -1,7 +1,7 @@
 /** Issue 16, webhooks: event selection, the delivery log with retry, endpoint health. */
 import { beforeAll, describe, expect, test } from "bun:test"
-import { FetchHttpClient } from "@effect/platform"
 import { Effect } from "effect"
+import { FetchHttpClient } from "effect/http"
 import { randomBytes } from "node:crypto"
 import { Webhook as StandardWebhook } from "standardwebhooks"
 import { makeHooklineClient } from "../src/client.js"
@@ -141,7 +141,7 @@ describe("the delivery log", () => {
     const viaClient = await Effect.runPromise(
       Effect.gen(function*() {
         const client = yield* makeHooklineClient({ baseUrl: server.url, apiKey: key })
-        return yield* client.webhooks.deliveries({ urlParams: { status: "failed" } })
+        return yield* client.webhooks.deliveries({ query: { status: "failed" } })
       }).pipe(Effect.provide(FetchHttpClient.layer))
     )
     expect(viaClient.data.map((d) => d.id)).toEqual([bad!])

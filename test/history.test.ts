@@ -5,8 +5,8 @@
  * (a two-bucket charge, a prediction refund, a pending hold) is reached on purpose.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { SqlClient } from "@effect/sql"
-import { Effect, Either, Option } from "effect"
+import { SqlClient } from "effect/sql"
+import { Effect, Option, Result } from "effect"
 import { historyPage } from "../src/Ledger/History.js"
 import { type Operation, Ledger } from "../src/Ledger/Ledger.js"
 import { expectEnvelope } from "./support/envelope.js"
@@ -45,9 +45,9 @@ const reserve = (accountId: string, amount: number, options: { operation: Operat
       requestId: options.requestId,
       referenceId: options.referenceId ?? null,
       expires: options.operation !== "prediction"
-    }).pipe(Effect.either))).then((result) => {
-    if (Either.isLeft(result)) throw new Error("reserve failed")
-    return result.right
+    }).pipe(Effect.result))).then((result) => {
+    if (Result.isFailure(result)) throw new Error("reserve failed")
+    return result.success
   })
 
 const settle = (holdId: string, amount: number) =>

@@ -4,7 +4,7 @@
  * and that no credit was charged or lost (balances against the journal).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect, Either, Layer } from "effect"
+import { ConfigProvider, Effect, Layer, Result } from "effect"
 import { existsSync, readFileSync, rmSync } from "node:fs"
 import { basename, join } from "node:path"
 import { ClipScorer } from "../src/Predictions/Scorer.js"
@@ -45,9 +45,9 @@ const recordingScorer = () => {
   let holding = false
   const layer = Layer.succeed(
     ClipScorer,
-    ClipScorer.make({
+    ClipScorer.of({
       score: ({ path }) =>
-        Effect.async((resume) => {
+        Effect.callback((resume) => {
           const call: Call = {
             name: basename(path),
             sha: sha256(readFileSync(path)),
@@ -308,21 +308,21 @@ describe("hostile clips against the scorer and the workers (item 7)", () => {
   })
 
   const scoreWith = (settings: Record<string, string>, path: string) =>
-    Effect.runPromise(Effect.flatMap(ClipScorer, (scorer) => Effect.either(scorer.score({ path }))).pipe(
-      Effect.provide(ClipScorer.Default.pipe(
-        Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(settings)))))
+    Effect.runPromise(Effect.flatMap(ClipScorer, (scorer) => Effect.result(scorer.score({ path }))).pipe(
+      Effect.provide(ClipScorer.layer.pipe(
+        Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: settings })))
       ))
     ))
 
   test("frames analysed are capped (SCORER_MAX_FRAMES)", async () => {
     const result = await scoreWith({ SCORER_MAX_FRAMES: "300" }, manyFrames)
-    if (Either.isLeft(result)) throw new Error(`scoring failed: ${result.left.message}`)
-    expect(result.right.features.frames_analysed).toBe(300)
+    if (Result.isFailure(result)) throw new Error(`scoring failed: ${result.failure.message}`)
+    expect(result.success.features.frames_analysed).toBe(300)
   })
 
   test("output past SCORER_MAX_OUTPUT_BYTES stops the tool and fails the clip with analysis_failed", async () => {
     const result = await scoreWith({ SCORER_MAX_OUTPUT_BYTES: "20000" }, manyFrames)
-    expect(Either.isLeft(result) ? result.left.type : "scored").toBe("analysis_failed")
+    expect(Result.isFailure(result) ? result.failure.type : "scored").toBe("analysis_failed")
   })
 
   test("jobs are claimed fairly: one account's queue does not hold the only worker; failures are refunded", async () => {

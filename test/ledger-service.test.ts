@@ -1,12 +1,12 @@
 /**
- * The Ledger service alone: `Ledger.Default` (with its repository) on a real, migrated
+ * The Ledger service alone: `Ledger.layer` (with its repository) on a real, migrated
  * PostgreSQL database, no HTTP server and no other service. Races are run on purpose, and after
  * each one no credit may have been created or lost:
  * - for every account and bucket, balance == sum(journal);
  * - grants - expiries - charges (settled holds and charges taken at once) == balances + credits still held.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect, Either, Layer, Logger, LogLevel, ManagedRuntime, Option } from "effect"
+import { ConfigProvider, Effect, Layer, ManagedRuntime, Option, References, Result } from "effect"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -17,14 +17,13 @@ import { SqlLive } from "../src/Sql.js"
 import { createDatabase, dropDatabase, ledgerState, testPool } from "./support/server.js"
 
 const ledgerLayer = (databaseUrl: string) => {
-  const provider = ConfigProvider.fromMap(new Map([
-    ["DATABASE_URL", databaseUrl],
-    ["DATA_DIR", mkdtempSync(join(tmpdir(), "hookline-ledger-"))]
-  ]))
-  return Ledger.Default.pipe(
+  const provider = ConfigProvider.fromEnv({
+    env: { DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-ledger-")) }
+  })
+  return Ledger.layer.pipe(
     Layer.provide(SqlLive),
-    Layer.provide(Logger.minimumLogLevel(LogLevel.Error)),
-    Layer.provide(Layer.setConfigProvider(provider))
+    Layer.provideMerge(Layer.succeed(References.MinimumLogLevel, "Error")),
+    Layer.provide(ConfigProvider.layer(provider))
   )
 }
 
@@ -44,7 +43,7 @@ afterAll(async () => {
   await dropDatabase(databaseUrl)
 })
 
-const withLedger = <A, E>(body: (ledger: Ledger) => Effect.Effect<A, E>) => runtime.runPromise(Effect.flatMap(Ledger, body))
+const withLedger = <A, E>(body: (ledger: Ledger["Service"]) => Effect.Effect<A, E>) => runtime.runPromise(Effect.flatMap(Ledger, body))
 
 /** An account (pro, 1,000 a month) and its wallet opened by the Ledger with these balances. */
 const openAccount = async (monthly: number, topup: number) => {
@@ -77,12 +76,12 @@ describe("the Ledger alone on PostgreSQL", () => {
     const accountId = await openAccount(4, 6)
     const results = await withLedger((ledger) =>
       Effect.all(
-        Array.from({ length: 60 }, () => Effect.either(ledger.reserve(accountId, 3, { operation: "search" }))),
+        Array.from({ length: 60 }, () => Effect.result(ledger.reserve(accountId, 3, { operation: "search" }))),
         { concurrency: "unbounded" }
       ))
-    const won = results.filter(Either.isRight)
+    const won = results.filter(Result.isSuccess)
     expect(won).toHaveLength(3)
-    for (const lost of results.filter(Either.isLeft)) expect(lost.left._tag).toBe("InsufficientCredits")
+    for (const lost of results.filter(Result.isFailure)) expect(lost.failure._tag).toBe("InsufficientCredits")
     const state = await expectConserved(accountId)
     expect({ monthly: state.monthly, topup: state.topup, held: state.held, pendingHolds: state.pendingHolds })
       .toEqual({ monthly: 0, topup: 1, held: 9, pendingHolds: 3 })
@@ -94,11 +93,11 @@ describe("the Ledger alone on PostgreSQL", () => {
     const results = await withLedger((ledger) =>
       Effect.all(
         amounts.map((amount, i) =>
-          Effect.either(
+          Effect.result(
             i % 2 === 0
               ? Effect.asVoid(ledger.reserve(accountId, amount, { operation: "list" }))
               : Effect.asVoid(ledger.charge(accountId, amount, { operation: "hook" }))
-          ).pipe(Effect.map((result) => (Either.isRight(result) ? amount : 0)))),
+          ).pipe(Effect.map((result) => (Result.isSuccess(result) ? amount : 0)))),
         { concurrency: "unbounded" }
       ))
     const taken = results.reduce((sum, amount) => sum + amount, 0)
@@ -182,14 +181,14 @@ describe("the Ledger alone on PostgreSQL", () => {
     const [results] = await withLedger((ledger) =>
       Effect.all(
         [
-          Effect.all(Array.from({ length: 30 }, () => Effect.either(ledger.reserve(accountId, 40, { operation: "search" }))), {
+          Effect.all(Array.from({ length: 30 }, () => Effect.result(ledger.reserve(accountId, 40, { operation: "search" }))), {
             concurrency: "unbounded"
           }),
           ledger.rollover(null)
         ],
         { concurrency: "unbounded" }
       ))
-    const reserved = results.filter(Either.isRight).length
+    const reserved = results.filter(Result.isSuccess).length
     expect(reserved).toBe(25) // 1,000 / 40, the 5 old credits expired
     const state = await expectConserved(accountId)
     expect(state.monthly).toBe(0)

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Effect, Either, Option } from "effect"
+import { Effect, Option, Result } from "effect"
 import fc from "fast-check"
 import type Pg from "pg"
 import { Accounts } from "../src/Admin/Accounts.js"
@@ -31,12 +31,12 @@ const newAccount = (monthly: number, topup: number, plan: "pro" | "custom" = "cu
   )).then((account) => account.id)
 
 const reserve = (accountId: string, amount: number, expires = true) =>
-  run(Effect.flatMap(Ledger, (ledger) => ledger.reserve(accountId, amount, { operation: "search", expires }).pipe(Effect.either)))
+  run(Effect.flatMap(Ledger, (ledger) => ledger.reserve(accountId, amount, { operation: "search", expires }).pipe(Effect.result)))
 
 const holdOf = async (accountId: string, amount: number, expires = true) => {
   const result = await reserve(accountId, amount, expires)
-  if (Either.isLeft(result)) throw new Error("reserve failed")
-  return result.right
+  if (Result.isFailure(result)) throw new Error("reserve failed")
+  return result.success
 }
 
 const journal = async (accountId: string) =>
@@ -72,8 +72,8 @@ describe("reserve", () => {
     const account = await newAccount(1, 1)
     const before = await journal(account)
     const result = await reserve(account, 3)
-    expect(Either.isLeft(result)).toBe(true)
-    if (Either.isLeft(result)) expect(result.left._tag).toBe("InsufficientCredits")
+    expect(Result.isFailure(result)).toBe(true)
+    if (Result.isFailure(result)) expect(result.failure._tag).toBe("InsufficientCredits")
     expect(await journal(account)).toEqual(before)
     const state = await expectBalanced(account)
     expect(state).toMatchObject({ monthly: 1, topup: 1, pendingHolds: 0 })
@@ -239,16 +239,16 @@ describe("concurrency", () => {
     const account = await newAccount(20, 30)
     const results = await run(Effect.flatMap(Ledger, (ledger) =>
       Effect.all(
-        Array.from({ length: 100 }, () => ledger.reserve(account, 3, { operation: "search" }).pipe(Effect.either)),
+        Array.from({ length: 100 }, () => ledger.reserve(account, 3, { operation: "search" }).pipe(Effect.result)),
         { concurrency: "unbounded" }
       )
     ))
-    expect(results.filter(Either.isRight).length).toBe(16)
+    expect(results.filter(Result.isSuccess).length).toBe(16)
     const state = await expectBalanced(account)
     expect(state.monthly + state.topup).toBe(2)
     expect(state.pendingHolds).toBe(16)
     // Settle half, refund the others, concurrently.
-    const holds = results.filter(Either.isRight).map((r) => r.right)
+    const holds = results.filter(Result.isSuccess).map((r) => r.success)
     await run(Effect.flatMap(Ledger, (ledger) =>
       Effect.all(holds.map((hold, i) => (i % 2 === 0 ? ledger.settle(hold.id, 1) : ledger.refund(hold.id))), {
         concurrency: "unbounded"
@@ -287,13 +287,13 @@ describe("property: random grant/reserve/settle/refund sequences agree with a si
           } else if (s.kind === "reserve") {
             const result = await reserve(account, s.amount)
             if (model.monthly + model.topup >= s.amount) {
-              expect(Either.isRight(result)).toBe(true)
+              expect(Result.isSuccess(result)).toBe(true)
               const fromMonthly = Math.min(model.monthly, s.amount)
               model.monthly -= fromMonthly
               model.topup -= s.amount - fromMonthly
-              if (Either.isRight(result)) open.push({ id: result.right.id, monthly: fromMonthly, topup: s.amount - fromMonthly })
+              if (Result.isSuccess(result)) open.push({ id: result.success.id, monthly: fromMonthly, topup: s.amount - fromMonthly })
             } else {
-              expect(Either.isLeft(result)).toBe(true)
+              expect(Result.isFailure(result)).toBe(true)
             }
           } else if (open.length > 0) {
             const [hold] = open.splice(s.pick % open.length, 1)

@@ -5,12 +5,13 @@
  * balances against the journal, the journal rows, the hold's end.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Duration, Effect, Layer, Logger, LogLevel, ManagedRuntime, Option, Stream, TestClock, TestContext } from "effect"
+import { ConfigProvider, Duration, Effect, Layer, ManagedRuntime, Option, References, Stream } from "effect"
+import { SqlClient } from "effect/sql"
+import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { SqlClient } from "@effect/sql"
 import { Ledger } from "../src/Ledger/Ledger.js"
 import { BlobStore } from "../src/Predictions/BlobStore.js"
 import { PredictionJobs } from "../src/Predictions/Jobs.js"
@@ -34,7 +35,7 @@ const blobs = new Map<string, Uint8Array>()
 
 const MemoryBlobStore = Layer.succeed(
   BlobStore,
-  BlobStore.make({
+  BlobStore.of({
     kind: "file",
     put: (key, body) =>
       Stream.runCollect(body).pipe(Effect.map((chunks) => {
@@ -42,7 +43,7 @@ const MemoryBlobStore = Layer.succeed(
         blobs.set(key, bytes)
         return { sizeBytes: bytes.length }
       })),
-    size: (key) => Effect.sync(() => Option.map(Option.fromNullable(blobs.get(key)), (bytes) => bytes.length)),
+    size: (key) => Effect.sync(() => Option.map(Option.fromNullishOr(blobs.get(key)), (bytes) => bytes.length)),
     read: (key, maxBytes) => Stream.make((blobs.get(key) ?? new Uint8Array()).subarray(0, maxBytes)),
     list: (prefix) => Effect.sync(() => [...blobs.keys()].filter((key) => key.startsWith(prefix)).sort()),
     // The "local file" is the key itself: the fake scorer reads the bytes from the map.
@@ -55,7 +56,7 @@ const MemoryBlobStore = Layer.succeed(
 
 const FakeScorer = Layer.succeed(
   ClipScorer,
-  ClipScorer.make({
+  ClipScorer.of({
     score: ({ path }) =>
       Buffer.from(blobs.get(path) ?? []).includes("unreadable")
         ? Effect.fail(new ScoreFailure({ type: "unsupported_media", message: "The video could not be decoded.", durationSec: null }))
@@ -77,30 +78,28 @@ const env = {
   LOG_LEVEL: "Error"
 }
 
-const PredictionServices = PredictionsSweeper.DefaultWithoutDependencies.pipe(
-  Layer.provideMerge(PredictionUploads.DefaultWithoutDependencies),
-  Layer.provideMerge(PredictionJobs.DefaultWithoutDependencies),
+const PredictionServices = PredictionsSweeper.layerWithoutDependencies.pipe(
+  Layer.provideMerge(PredictionUploads.layerWithoutDependencies),
+  Layer.provideMerge(PredictionJobs.layerWithoutDependencies),
   Layer.provideMerge(
-    Layer.mergeAll(UploadsRepo.Default, JobsRepo.Default, UploadQuotas.Default, Ledger.Default, Webhooks.Default, WorkSignal.Default)
+    Layer.mergeAll(UploadsRepo.layer, JobsRepo.layer, UploadQuotas.layer, Ledger.layer, Webhooks.layer, WorkSignal.layer)
   ),
   Layer.provideMerge(Layer.merge(MemoryBlobStore, FakeScorer))
 )
 
 let databaseUrl: string
-let runtime: ManagedRuntime.ManagedRuntime<Layer.Layer.Success<typeof PredictionServices> | SqlClient.SqlClient, unknown>
+let runtime: ManagedRuntime.ManagedRuntime<Layer.Success<typeof PredictionServices> | SqlClient.SqlClient, unknown>
 let db: ReturnType<typeof testPool>
 
 beforeAll(async () => {
   databaseUrl = await createDatabase()
-  const provider = ConfigProvider.fromMap(new Map(Object.entries({
-    ...env,
-    DATABASE_URL: databaseUrl,
-    DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-lifecycle-"))
-  })))
+  const provider = ConfigProvider.fromEnv({
+    env: { ...env, DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-lifecycle-")) }
+  })
   runtime = ManagedRuntime.make(PredictionServices.pipe(
     Layer.provideMerge(SqlLive),
-    Layer.provide(Logger.minimumLogLevel(LogLevel.Error)),
-    Layer.provide(Layer.setConfigProvider(provider))
+    Layer.provideMerge(Layer.succeed(References.MinimumLogLevel, "Error")),
+    Layer.provide(ConfigProvider.layer(provider))
   ))
   db = testPool(databaseUrl, 2)
 })
@@ -112,9 +111,9 @@ afterAll(async () => {
 })
 
 /** Runs a test's effect with TestClock as its Clock, set to the real time to start with. */
-const run = <A, E>(effect: Effect.Effect<A, E, Layer.Layer.Success<typeof PredictionServices> | SqlClient.SqlClient>) =>
+const run = <A, E>(effect: Effect.Effect<A, E, Layer.Success<typeof PredictionServices> | SqlClient.SqlClient>) =>
   runtime.runPromise(
-    TestClock.setTime(Date.now()).pipe(Effect.zipRight(effect), Effect.provide(TestContext.TestContext))
+    TestClock.setTime(Date.now()).pipe(Effect.andThen(effect), Effect.provide(TestClock.layer()))
   )
 
 /** An account with `monthly` credits and one key. */
@@ -144,7 +143,7 @@ const workNextJob = (workerId: string) =>
   Effect.gen(function*() {
     const jobs = yield* PredictionJobs
     const job = yield* jobs.claimNextJob(workerId)
-    if (Option.isNone(job)) return yield* Effect.dieMessage("no job to claim")
+    if (Option.isNone(job)) return yield* Effect.die(new Error("no job to claim"))
     const outcome = yield* scoreJob(yield* BlobStore, yield* ClipScorer)(job.value)
     return yield* jobs.finishAndDiscard(job.value.id, outcome, { _tag: "HeldBy", workerId })
   })

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect, Either, Layer } from "effect"
+import { ConfigProvider, Effect, Layer, Result } from "effect"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { basename, join } from "node:path"
@@ -64,9 +64,9 @@ const controlledScorer = () => {
   const calls: Array<Call> = []
   const layer = Layer.succeed(
     ClipScorer,
-    ClipScorer.make({
+    ClipScorer.of({
       score: ({ path }) =>
-        Effect.async<ClipScore, ScoreFailure>((resume) => {
+        Effect.callback<ClipScore, ScoreFailure>((resume) => {
           const call: Call = {
             uploadId: basename(path),
             settled: false,
@@ -105,22 +105,22 @@ beforeAll(async () => {
 afterAll(() => rmSync(clips.dir, { recursive: true, force: true }))
 
 describe("the scorer on real clips", () => {
-  const scorerLayer = ClipScorer.Default.pipe(
-    Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map())))
+  const scorerLayer = ClipScorer.layer.pipe(
+    Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: {} })))
   )
   const score = (clip: Clip) =>
-    Effect.runPromise(Effect.flatMap(ClipScorer, (scorer) => Effect.either(scorer.score({ path: clip.path }))).pipe(
+    Effect.runPromise(Effect.flatMap(ClipScorer, (scorer) => Effect.result(scorer.score({ path: clip.path }))).pipe(
       Effect.provide(scorerLayer)
     ))
   const scored = async (clip: Clip) => {
     const result = await score(clip)
-    if (Either.isLeft(result)) throw new Error(`scoring failed: ${result.left.message}`)
-    return result.right
+    if (Result.isFailure(result)) throw new Error(`scoring failed: ${result.failure.message}`)
+    return result.success
   }
   const failedWith = async (clip: Clip) => {
     const result = await score(clip)
-    if (Either.isRight(result)) throw new Error("scoring succeeded")
-    return result.left
+    if (Result.isSuccess(result)) throw new Error("scoring succeeded")
+    return result.failure
   }
   const expectCutNear = (actual: number | null, clip: Clip) => {
     expect(actual).not.toBeNull()

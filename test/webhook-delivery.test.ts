@@ -6,13 +6,14 @@
  * what is due, so nothing sleeps.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Clock, ConfigProvider, Duration, Effect, Fiber, Layer, Logger, LogLevel, ManagedRuntime, TestClock, TestContext } from "effect"
+import { Clock, ConfigProvider, Duration, Effect, Fiber, Layer, ManagedRuntime, References } from "effect"
+import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Secrets } from "../src/Config.js"
-import { type DbPool, SqlLive } from "../src/Sql.js"
+import { SqlLive } from "../src/Sql.js"
 import { WebhookDeliveries } from "../src/Webhooks/Deliveries.js"
 import { Dispatcher } from "../src/Webhooks/Dispatcher.js"
 import { WebhooksRepo } from "../src/Webhooks/Repo.js"
@@ -34,7 +35,7 @@ interface Received {
 const fakeReceiver = () => {
   const received: Array<Received> = []
   const script: Array<number | "unreachable"> = []
-  const transport = WebhookTransport.make({
+  const transport = WebhookTransport.of({
     post: (request) =>
       Effect.map(Clock.currentTimeMillis, (at): PostResult => {
         received.push({ url: request.target.url.toString(), headers: request.headers, body: request.body, at })
@@ -49,10 +50,19 @@ const fakeReceiver = () => {
 
 /** The webhook delivery services alone, on the fake receiver. */
 const deliveryServices = (transport: Layer.Layer<WebhookTransport>) =>
-  Layer.mergeAll(Dispatcher.DefaultWithoutDependencies, WebhookDeliveries.Default).pipe(
-    Layer.provideMerge(Webhooks.DefaultWithoutDependencies),
-    Layer.provideMerge(Layer.mergeAll(WebhooksRepo.Default, transport, Secrets.Live)),
+  Layer.mergeAll(Dispatcher.layerWithoutDependencies, WebhookDeliveries.layer).pipe(
+    Layer.provideMerge(Webhooks.layerWithoutDependencies),
+    Layer.provideMerge(Layer.mergeAll(WebhooksRepo.layer, transport, Secrets.layer)),
     Layer.provideMerge(SqlLive)
+  )
+
+/** The services on a database, quiet below warnings, configured by `env` alone. */
+const servicesOn = (transport: Layer.Layer<WebhookTransport>, env: Record<string, string>) =>
+  ManagedRuntime.make(
+    deliveryServices(transport).pipe(
+      Layer.provide(Layer.succeed(References.MinimumLogLevel, "Warn")),
+      Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnvRecord(env)))
+    )
   )
 
 const second = 1_000
@@ -64,26 +74,20 @@ const receiverUrl = "https://203.0.114.7/hooks/hookline"
 
 let databaseUrl: string
 let receiver: ReturnType<typeof fakeReceiver>
-let runtime: ManagedRuntime.ManagedRuntime<Webhooks | Dispatcher | WebhookDeliveries | DbPool, unknown>
+let runtime: ReturnType<typeof servicesOn>
 let db: ReturnType<typeof testPool>
 
 beforeAll(async () => {
   databaseUrl = await createDatabase()
   receiver = fakeReceiver()
-  const provider = ConfigProvider.fromMap(new Map(Object.entries({
+  runtime = servicesOn(receiver.layer, {
     DATABASE_URL: databaseUrl,
     DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-delivery-")),
     WEBHOOK_SECRET_KEY: randomBytes(32).toString("base64url"),
     WEBHOOK_RETRY_SCHEDULE: schedule.map((ms) => `${ms}ms`).join(","),
     // Retries stay within the schedule: no endpoint is disabled for failing in these tests.
     WEBHOOK_DISABLE_AFTER: "30d"
-  })))
-  runtime = ManagedRuntime.make(
-    deliveryServices(receiver.layer).pipe(
-      Layer.provide(Logger.minimumLogLevel(LogLevel.Warning)),
-      Layer.provide(Layer.setConfigProvider(provider))
-    )
-  )
+  })
   await runtime.runPromise(Effect.void)
   db = testPool(databaseUrl, 2)
 })
@@ -95,10 +99,8 @@ afterAll(async () => {
 })
 
 /** Runs `program` on the services with TestClock as the Clock, starting from the wall clock's time. */
-const run = <A, E>(program: Effect.Effect<A, E, Webhooks | Dispatcher | WebhookDeliveries | DbPool>) =>
-  runtime.runPromise(
-    Effect.zipRight(TestClock.setTime(Date.now()), program).pipe(Effect.provide(TestContext.TestContext))
-  )
+const run = <A, E>(program: Effect.Effect<A, E, ManagedRuntime.ManagedRuntime.Services<typeof runtime>>) =>
+  runtime.runPromise(Effect.andThen(TestClock.setTime(Date.now()), program).pipe(Effect.provide(TestClock.layer())))
 
 /** A new account with an enabled webhook on the fake receiver; returns the account id and the signing secret. */
 const accountWithWebhook = async () => {
@@ -123,7 +125,7 @@ describe("webhook delivery, one service, TestClock", () => {
       const deliveries = yield* WebhookDeliveries
       const start = yield* Clock.currentTimeMillis
       const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
-      if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
+      if (deliveryId === null) return yield* Effect.die(new Error("an enabled webhook takes the event"))
 
       // What each dispatcher pass attempted: due at once, then just before and at each retry.
       const steps: Array<number> = [yield* dispatcher.deliverDue]
@@ -196,7 +198,7 @@ describe("webhook delivery, one service, TestClock", () => {
       const deliveries = yield* WebhookDeliveries
       const start = yield* Clock.currentTimeMillis
       const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.failed", samplePrediction())
-      if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
+      if (deliveryId === null) return yield* Effect.die(new Error("an enabled webhook takes the event"))
       const steps = [yield* dispatcher.deliverDue]
       yield* TestClock.adjust(schedule[0])
       steps.push(yield* dispatcher.deliverDue)
@@ -229,7 +231,7 @@ describe("webhook delivery, one service, TestClock", () => {
       const dispatcher = yield* Dispatcher
       const deliveries = yield* WebhookDeliveries
       const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
-      if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
+      if (deliveryId === null) return yield* Effect.die(new Error("an enabled webhook takes the event"))
       const steps = [yield* dispatcher.deliverDue]
       yield* TestClock.adjust("1 day")
       steps.push(yield* dispatcher.deliverDue)
@@ -245,22 +247,22 @@ describe("webhook delivery, one service, TestClock", () => {
     const { accountId } = await accountWithWebhook()
     receiver.script.push(500)
     /** Waits (in real time) for `sent` requests of the event, moving the clock by `nudge` between looks. */
-    const sentCount = (eventId: string, sent: number, nudge: Duration.DurationInput) =>
+    const sentCount = (eventId: string, sent: number, nudge: Duration.Input) =>
       Effect.gen(function*() {
         for (let look = 0; look < 200; look++) {
           if (requestsFor(eventId).length >= sent) return
           yield* Effect.promise(() => Bun.sleep(10))
           yield* TestClock.adjust(nudge)
         }
-        return yield* Effect.dieMessage(`the dispatcher did not send attempt ${sent}`)
+        return yield* Effect.die(new Error(`the dispatcher did not send attempt ${sent}`))
       })
 
     const { first, early, second, delivery } = await run(Effect.gen(function*() {
       const webhooks = yield* Webhooks
       const deliveries = yield* WebhookDeliveries
-      const loop = yield* Effect.fork(Effect.scoped(Effect.flatMap(Dispatcher, (dispatcher) => dispatcher.run)))
+      const loop = yield* Effect.forkChild(Effect.scoped(Effect.flatMap(Dispatcher, (dispatcher) => dispatcher.run)))
       const deliveryId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
-      if (deliveryId === null) return yield* Effect.dieMessage("an enabled webhook takes the event")
+      if (deliveryId === null) return yield* Effect.die(new Error("an enabled webhook takes the event"))
       const { event_id: eventId } = yield* deliveries.get(accountId, deliveryId)
       // LISTEN wakes the loop; before it is listening, the next poll (a second of TestClock) does.
       yield* sentCount(eventId, 1, "1 second")

@@ -1,6 +1,6 @@
-import { SqlClient } from "@effect/sql"
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Duration, Effect, Either, Layer, Logger, LogLevel, ManagedRuntime } from "effect"
+import { ConfigProvider, Duration, Effect, Layer, ManagedRuntime, References, Result } from "effect"
+import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -677,13 +677,13 @@ describe("embedded mode", () => {
     const target = receiver()
     const dataDir = mkdtempSync(join(tmpdir(), "hookline-webhooks-embedded-"))
     // No fallback to the process environment: a DATABASE_URL there would leave embedded mode.
-    const provider = ConfigProvider.fromMap(new Map(Object.entries({ ...env, DATA_DIR: dataDir })))
+    const provider = ConfigProvider.fromEnvRecord({ ...env, DATA_DIR: dataDir })
     const runtime = ManagedRuntime.make(
       DispatcherLive.pipe(
         Layer.provideMerge(ServicesLive),
         Layer.provideMerge(SqlLive),
-        Layer.provide(Logger.minimumLogLevel(LogLevel.Warning)),
-        Layer.provide(Layer.setConfigProvider(provider))
+        Layer.provide(Layer.succeed(References.MinimumLogLevel, "Warn")),
+        Layer.provide(ConfigProvider.layer(provider))
       )
     )
     try {
@@ -794,7 +794,7 @@ describe("building blocks", () => {
 
   test("URL shape rules", () => {
     const shape = (url: string, allowInsecure = false) =>
-      Either.match(checkUrlShape(url, { allowInsecure }), { onLeft: (e) => e.message, onRight: () => "ok" })
+      Result.match(checkUrlShape(url, { allowInsecure }), { onFailure: (e) => e.message, onSuccess: () => "ok" })
     expect(shape("https://example.com/hook")).toBe("ok")
     expect(shape("https://example.com:8443/hook?x=1")).toBe("ok")
     expect(shape("http://example.com/hook")).toBe("must use https (a server run for local development allows http:// with WEBHOOK_ALLOW_INSECURE=true)")
@@ -811,22 +811,22 @@ describe("building blocks", () => {
     const box = makeSecretBox("server-key-one")
     const sealed = box.seal("whsec_c2VjcmV0", "acct_1")
     expect(sealed).not.toContain("c2VjcmV0")
-    expect(box.open(sealed, "acct_1")).toEqual(Either.right("whsec_c2VjcmV0"))
-    expect(Either.isLeft(box.open(sealed, "acct_2"))).toBe(true)
-    expect(Either.isLeft(makeSecretBox("server-key-two").open(sealed, "acct_1"))).toBe(true)
+    expect(box.open(sealed, "acct_1")).toEqual(Result.succeed("whsec_c2VjcmV0"))
+    expect(Result.isFailure(box.open(sealed, "acct_2"))).toBe(true)
+    expect(Result.isFailure(makeSecretBox("server-key-two").open(sealed, "acct_1"))).toBe(true)
     expect(box.seal("whsec_c2VjcmV0", "acct_1")).not.toBe(sealed)
   })
 
   test("sealing keeps each purpose apart, round-trips an empty value and refuses cut or foreign text", () => {
     const answers = makeSealer("server-key-one", "idempotent-answer-v1")
     const sealed = answers.seal("", "scope\nkey")
-    expect(answers.open(sealed, "scope\nkey")).toEqual(Either.right(""))
+    expect(answers.open(sealed, "scope\nkey")).toEqual(Result.succeed(""))
     // The same server key under another purpose (webhook secrets) is another key.
-    expect(makeSealer("server-key-one", "webhook-secret-v1").open(sealed, "scope\nkey")).toEqual(Either.left("wrong_key"))
-    expect(answers.open(sealed.slice(0, 20), "scope\nkey")).toEqual(Either.left("truncated"))
-    expect(answers.open(`v2.${sealed.slice(3)}`, "scope\nkey")).toEqual(Either.left("unknown_format"))
+    expect(makeSealer("server-key-one", "webhook-secret-v1").open(sealed, "scope\nkey")).toEqual(Result.fail("wrong_key"))
+    expect(answers.open(sealed.slice(0, 20), "scope\nkey")).toEqual(Result.fail("truncated"))
+    expect(answers.open(`v2.${sealed.slice(3)}`, "scope\nkey")).toEqual(Result.fail("unknown_format"))
     const cut = makeSecretBox("server-key-one").open(sealed.slice(0, 20), "acct_1")
-    expect(Either.isLeft(cut) && cut.left.message).toBe("the stored secret is truncated")
+    expect(Result.isFailure(cut) && cut.failure.message).toBe("the stored secret is truncated")
   })
 
   test("our signature is the one the Standard Webhooks library computes", () => {
@@ -838,12 +838,12 @@ describe("building blocks", () => {
 
   test("the retry schedule parses the decisions' form", () => {
     const schedule = parseRetrySchedule("5s,5m,30m,2h,5h,10h,10h")
-    expect(Either.map(schedule, (delays) => delays.map(Duration.toMillis))).toEqual(
-      Either.right([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000])
+    expect(Result.map(schedule, (delays) => delays.map(Duration.toMillis))).toEqual(
+      Result.succeed([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000])
     )
-    expect(Either.map(parseRetrySchedule("100ms, 1 second"), (delays) => delays.map(Duration.toMillis))).toEqual(
-      Either.right([100, 1_000])
+    expect(Result.map(parseRetrySchedule("100ms, 1 second"), (delays) => delays.map(Duration.toMillis))).toEqual(
+      Result.succeed([100, 1_000])
     )
-    expect(Either.isLeft(parseRetrySchedule("5s,soon"))).toBe(true)
+    expect(Result.isFailure(parseRetrySchedule("5s,soon"))).toBe(true)
   })
 })

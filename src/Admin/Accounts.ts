@@ -1,6 +1,6 @@
 /** Accounts as operators manage them: creation, plan changes and suspension. */
-import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Context, Effect, Layer, Option } from "effect"
+import { SqlClient } from "effect/sql"
 import type { Plan } from "../Auth/Domain.js"
 import { grantFor, hasApiAccess, planRules } from "../Auth/Plans.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
@@ -19,76 +19,80 @@ const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
     })
     : Effect.void
 
-export class Accounts extends Effect.Service<Accounts>()("hookline/Accounts", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const repo = yield* AccountsRepo
-    const ledger = yield* Ledger
-    const webhooks = yield* Webhooks
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const repo = yield* AccountsRepo
+  const ledger = yield* Ledger
+  const webhooks = yield* Webhooks
 
-    const findRow = (id: string, lock: boolean) =>
-      Effect.flatMap(repo.findAccount(id, lock), Option.match({
-        onNone: () => new NotFound({ message: `No account ${id}.` }),
-        onSome: Effect.succeed
-      }))
+  const findRow = (id: string, lock: boolean) =>
+    Effect.flatMap(repo.findAccount(id, lock), Option.match({
+      onNone: () => new NotFound({ message: `No account ${id}.` }),
+      onSome: Effect.succeed
+    }))
 
-    const get = (id: string) =>
-      Effect.gen(function*() {
-        const row = yield* findRow(id, false)
-        const wallet = walletOf(yield* ledger.wallet(id))
-        return {
-          object: "account",
-          id: row.id,
-          name: row.name,
-          plan: row.plan,
-          api_access: hasApiAccess(row.plan),
-          suspended: row.suspended,
-          monthly_grant: row.monthly_grant,
-          wallet
-        } satisfies Account
-      })
+  const get = (id: string) =>
+    Effect.gen(function*() {
+      const row = yield* findRow(id, false)
+      const wallet = walletOf(yield* ledger.wallet(id))
+      return {
+        object: "account",
+        id: row.id,
+        name: row.name,
+        plan: row.plan,
+        api_access: hasApiAccess(row.plan),
+        suspended: row.suspended,
+        monthly_grant: row.monthly_grant,
+        wallet
+      } satisfies Account
+    })
 
-    const create = (input: CreateAccount) =>
-      Effect.gen(function*() {
-        yield* checkGrant(input.plan, input.monthly_grant)
-        const id = newId("acct")
-        const monthlyGrant = grantFor(input.plan, input.monthly_grant)
-        yield* Effect.gen(function*() {
-          yield* repo.insertAccount({ id, name: input.name ?? null, plan: input.plan, monthlyGrant })
-          yield* ledger.openWallet(id, {
-            monthlyGrant,
-            monthlyBalance: input.monthly_balance ?? monthlyGrant,
-            topupBalance: input.topup_balance ?? 0
-          })
-        }).pipe(sql.withTransaction, Effect.orDie)
-        return yield* get(id)
-      })
+  const create = (input: CreateAccount) =>
+    Effect.gen(function*() {
+      yield* checkGrant(input.plan, input.monthly_grant)
+      const id = newId("acct")
+      const monthlyGrant = grantFor(input.plan, input.monthly_grant)
+      yield* Effect.gen(function*() {
+        yield* repo.insertAccount({ id, name: input.name ?? null, plan: input.plan, monthlyGrant })
+        yield* ledger.openWallet(id, {
+          monthlyGrant,
+          monthlyBalance: input.monthly_balance ?? monthlyGrant,
+          topupBalance: input.topup_balance ?? 0
+        })
+      }).pipe(sql.withTransaction, Effect.orDie)
+      return yield* get(id)
+    })
 
-    /**
-     * Changes plan and/or suspension in one transaction. A plan change starts a new monthly
-     * period (Ledger), and losing API access disables the account webhook in the same transaction.
-     */
-    const update = (id: string, patch: UpdateAccount) =>
-      Effect.gen(function*() {
-        yield* Effect.gen(function*() {
-          const current = yield* findRow(id, true)
-          if (patch.suspended !== undefined && patch.suspended !== current.suspended) {
-            yield* repo.setSuspended(id, patch.suspended)
+  /**
+   * Changes plan and/or suspension in one transaction. A plan change starts a new monthly
+   * period (Ledger), and losing API access disables the account webhook in the same transaction.
+   */
+  const update = (id: string, patch: UpdateAccount) =>
+    Effect.gen(function*() {
+      yield* Effect.gen(function*() {
+        const current = yield* findRow(id, true)
+        if (patch.suspended !== undefined && patch.suspended !== current.suspended) {
+          yield* repo.setSuspended(id, patch.suspended)
+        }
+        if (patch.plan !== undefined && patch.plan !== current.plan) {
+          const monthlyGrant = planRules[patch.plan].monthlyGrant ??
+            (planRules[current.plan].monthlyGrant === null ? current.monthly_grant : grantFor(patch.plan, undefined))
+          yield* repo.changePlan(id, patch.plan, monthlyGrant)
+          yield* ledger.startNewPeriod(id, monthlyGrant).pipe(Effect.orDie)
+          if (hasApiAccess(current.plan) && !hasApiAccess(patch.plan)) {
+            yield* webhooks.disableForAccount(id).pipe(Effect.orDie)
           }
-          if (patch.plan !== undefined && patch.plan !== current.plan) {
-            const monthlyGrant = planRules[patch.plan].monthlyGrant ??
-              (planRules[current.plan].monthlyGrant === null ? current.monthly_grant : grantFor(patch.plan, undefined))
-            yield* repo.changePlan(id, patch.plan, monthlyGrant)
-            yield* ledger.startNewPeriod(id, monthlyGrant).pipe(Effect.orDie)
-            if (hasApiAccess(current.plan) && !hasApiAccess(patch.plan)) {
-              yield* webhooks.disableForAccount(id).pipe(Effect.orDie)
-            }
-          }
-        }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
-        return yield* get(id)
-      })
+        }
+      }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+      return yield* get(id)
+    })
 
-    return { get, create, update } as const
-  }),
-  dependencies: [AccountsRepo.Default, Ledger.Default, Webhooks.Default]
-}) {}
+  return { get, create, update } as const
+})
+
+export class Accounts extends Context.Service<Accounts, Effect.Success<typeof make>>()("hookline/Accounts") {
+  static readonly layerWithoutDependencies = Layer.effect(Accounts, make)
+  static readonly layer = Accounts.layerWithoutDependencies.pipe(
+    Layer.provide([AccountsRepo.layer, Ledger.layer, Webhooks.layer])
+  )
+}

@@ -1,6 +1,13 @@
 /** The operators' contract: accounts, keys, credits and the catalog, under /admin. */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import {
+  HttpApi,
+  HttpApiEndpoint,
+  HttpApiGroup,
+  HttpApiMiddleware,
+  HttpApiSecurity,
+  OpenApi
+} from "effect/http-api"
 import { Plan, Scope } from "../Auth/Api.js"
 import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire, RateLimitExceededWire } from "../Errors.js"
 import { HookCategoryList } from "../Hooks/Api.js"
@@ -18,17 +25,23 @@ import {
 import { Bucket } from "../Ledger/Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
 
-
 /** A whole number of credits in [min, max], with one plain message for any other number. */
 const wholeCredits = (min: number, max: number) =>
-  Schema.Number.pipe(Schema.filter((n) => Number.isSafeInteger(n) && n >= min && n <= max, {
-    message: () => `must be a whole number from ${min} to ${max}`,
-    jsonSchema: { type: "integer", minimum: min, maximum: max }
+  Schema.Finite.check(Schema.makeFilter((n: number) => Number.isSafeInteger(n) && n >= min && n <= max, {
+    message: `must be a whole number from ${min} to ${max}`,
+    toJsonSchema: () => ({ type: "integer", minimum: min, maximum: max })
   }))
 
 const Credits = wholeCredits(0, maxBalance)
 /** The monthly grant is a PostgreSQL integer. */
 const MonthlyGrant = wholeCredits(0, 2_147_483_647)
+
+/*
+ * Optional request fields are `optionalKey`: JSON leaves them out (null is refused), and a
+ * caller building a payload leaves the key out rather than setting it to undefined.
+ * Requests reject properties their schema does not name: each endpoint's payload is parsed
+ * with `strict` (HttpApi.PayloadParseOptions), its query likewise.
+ */
 
 export const Account = Schema.Struct({
   object: Schema.Literal("account"),
@@ -39,27 +52,27 @@ export const Account = Schema.Struct({
   suspended: Schema.Boolean,
   monthly_grant: Schema.Int,
   wallet: Wallet
-}).annotations({ identifier: "Account" })
+}).annotate({ identifier: "Account" })
 export type Account = typeof Account.Type
 
 export const CreateAccount = Schema.Struct({
-  name: Schema.optional(Schema.String.pipe(Schema.maxLength(200))),
+  name: Schema.optionalKey(Schema.String.check(Schema.isMaxLength(200))),
   plan: Plan,
-  monthly_grant: Schema.optional(MonthlyGrant),
-  monthly_balance: Schema.optional(Credits),
-  topup_balance: Schema.optional(Credits)
-}).annotations({ ...strict, identifier: "CreateAccount" })
+  monthly_grant: Schema.optionalKey(MonthlyGrant),
+  monthly_balance: Schema.optionalKey(Credits),
+  topup_balance: Schema.optionalKey(Credits)
+}).annotate({ identifier: "CreateAccount" })
 export type CreateAccount = typeof CreateAccount.Type
 
 export const UpdateAccount = Schema.Struct({
-  plan: Schema.optional(Plan),
-  suspended: Schema.optional(Schema.Boolean)
-}).annotations({ ...strict, identifier: "UpdateAccount" })
+  plan: Schema.optionalKey(Plan),
+  suspended: Schema.optionalKey(Schema.Boolean)
+}).annotate({ identifier: "UpdateAccount" })
 export type UpdateAccount = typeof UpdateAccount.Type
 
 export const CreateKey = Schema.Struct({
-  scopes: Schema.optional(Schema.Array(Scope))
-}).annotations({ ...strict, identifier: "CreateKey" })
+  scopes: Schema.optionalKey(Schema.Array(Scope))
+}).annotate({ identifier: "CreateKey" })
 
 export const ApiKeyCreated = Schema.Struct({
   object: Schema.Literal("api_key"),
@@ -67,83 +80,83 @@ export const ApiKeyCreated = Schema.Struct({
   api_key: Schema.String,
   scopes: Schema.Array(Scope),
   created_at: Timestamp
-}).annotations({ identifier: "ApiKeyCreated" })
+}).annotate({ identifier: "ApiKeyCreated" })
 export type ApiKeyCreated = typeof ApiKeyCreated.Type
 
 export const ApiKeyRevoked = Schema.Struct({
   object: Schema.Literal("api_key"),
   id: Schema.String,
   revoked: Schema.Literal(true)
-}).annotations({ identifier: "ApiKeyRevoked" })
+}).annotate({ identifier: "ApiKeyRevoked" })
 
 export const GrantCredits = Schema.Struct({
   bucket: Bucket,
   amount: wholeCredits(1, maxBalance),
-  reason: Schema.optional(Schema.String.pipe(Schema.maxLength(500))),
-  reference: Schema.optional(
-    Schema.String.pipe(
-      Schema.pattern(/^[\x20-\x7E]{1,255}$/, { message: () => "must be 1 to 255 printable ASCII characters" })
-    ).annotations({
+  reason: Schema.optionalKey(Schema.String.check(Schema.isMaxLength(500))),
+  reference: Schema.optionalKey(
+    Schema.String.check(
+      Schema.isPattern(/^[\x20-\x7E]{1,255}$/u, { message: "must be 1 to 255 printable ASCII characters" })
+    ).annotate({
       description: "The billing system's own id for this grant (an invoice or payment id), unique per account: " +
         "a second grant with the same reference, bucket and amount credits nothing and answers the wallet; " +
         "with another bucket or amount it is 422. Shown as reference.id in the credit history."
     })
   )
-}).annotations({ ...strict, identifier: "GrantCredits" })
+}).annotate({ identifier: "GrantCredits" })
 export type GrantCredits = typeof GrantCredits.Type
 
 export const CategoryInput = Schema.Struct({
-  slug: Schema.String.pipe(
-    Schema.minLength(1),
-    Schema.maxLength(64),
-    Schema.pattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/)
+  slug: Schema.String.check(
+    Schema.isMinLength(1),
+    Schema.isMaxLength(64),
+    Schema.isPattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/u)
   ),
-  name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))
-}).annotations(strict)
-export const PutCategories = Schema.Array(CategoryInput).annotations({ identifier: "PutCategories" })
+  name: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(200))
+})
+export const PutCategories = Schema.Array(CategoryInput).annotate({ identifier: "PutCategories" })
 
 export const ImportResult = Schema.Struct({
   object: Schema.Literal("import_result"),
   inserted: Schema.Int,
   updated: Schema.Int,
-  rejected_count: Schema.Int.annotations({ description: "Every record rejected." }),
-  rejected: Schema.Array(Schema.Struct({ index: Schema.Int, message: Schema.String })).annotations({
+  rejected_count: Schema.Int.annotate({ description: "Every record rejected." }),
+  rejected: Schema.Array(Schema.Struct({ index: Schema.Int, message: Schema.String })).annotate({
     description: "The first 1,000 rejected records: index is the 1-based line number for NDJSON, the 0-based array position for a JSON array."
   })
-}).annotations({ identifier: "ImportResult" })
+}).annotate({ identifier: "ImportResult" })
 export type ImportResult = typeof ImportResult.Type
 
-export class AdminAuthentication extends HttpApiMiddleware.Tag<AdminAuthentication>()("hookline/AdminAuthentication", {
-  failure: Schema.Union(InvalidApiKeyWire, NotFoundWire, RateLimitExceededWire),
+/**
+ * The admin token check (Http.ts). It provides nothing: a request either carries the token or
+ * is refused, counted against its client address's failed-authentication limit.
+ */
+export class AdminAuthentication extends HttpApiMiddleware.Service<AdminAuthentication>()("hookline/AdminAuthentication", {
+  error: [InvalidApiKeyWire, NotFoundWire, RateLimitExceededWire],
   security: { adminToken: HttpApiSecurity.bearer }
 }) {}
 
-const accountIdParam = HttpApiSchema.param("id", Schema.String)
-const keyIdParam = HttpApiSchema.param("id", Schema.String)
+const accountId = { id: Schema.String }
+const keyId = { id: Schema.String }
 
 export class AdminApi extends HttpApiGroup.make("admin")
   .add(
-    HttpApiEndpoint.post("createAccount", "/accounts")
-      .setPayload(CreateAccount)
-      .addSuccess(Account)
+    HttpApiEndpoint.post("createAccount", "/accounts", { payload: CreateAccount, success: Account })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(OpenApi.Summary, "Create an account")
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
-    HttpApiEndpoint.get("getAccount")`/accounts/${accountIdParam}`
-      .addSuccess(Account)
+    HttpApiEndpoint.get("getAccount", "/accounts/:id", { params: accountId, success: Account })
       .annotate(OpenApi.Summary, "Get an account")
   )
   .add(
-    HttpApiEndpoint.patch("updateAccount")`/accounts/${accountIdParam}`
-      .setPayload(UpdateAccount)
-      .addSuccess(Account)
+    HttpApiEndpoint.patch("updateAccount", "/accounts/:id", { params: accountId, payload: UpdateAccount, success: Account })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(OpenApi.Summary, "Change an account's plan or suspension")
   )
   .add(
-    HttpApiEndpoint.post("createKey")`/accounts/${accountIdParam}/keys`
-      .setPayload(CreateKey)
-      .addSuccess(ApiKeyCreated)
+    HttpApiEndpoint.post("createKey", "/accounts/:id/keys", { params: accountId, payload: CreateKey, success: ApiKeyCreated })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(OpenApi.Summary, "Create an API key")
       .annotate(
         OpenApi.Description,
@@ -152,14 +165,12 @@ export class AdminApi extends HttpApiGroup.make("admin")
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
-    HttpApiEndpoint.del("revokeKey")`/keys/${keyIdParam}`
-      .addSuccess(ApiKeyRevoked)
+    HttpApiEndpoint.delete("revokeKey", "/keys/:id", { params: keyId, success: ApiKeyRevoked })
       .annotate(OpenApi.Summary, "Revoke an API key")
   )
   .add(
-    HttpApiEndpoint.post("grantCredits")`/accounts/${accountIdParam}/credits`
-      .setPayload(GrantCredits)
-      .addSuccess(Wallet)
+    HttpApiEndpoint.post("grantCredits", "/accounts/:id/credits", { params: accountId, payload: GrantCredits, success: Wallet })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(OpenApi.Summary, "Grant credits")
       .annotate(
         OpenApi.Description,
@@ -169,29 +180,30 @@ export class AdminApi extends HttpApiGroup.make("admin")
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
-    HttpApiEndpoint.get("listTransactions")`/accounts/${accountIdParam}/transactions`
-      .setUrlParams(TransactionParams)
-      .addSuccess(CreditTransactionList)
-      .addError(InvalidCursorWire)
+    HttpApiEndpoint.get("listTransactions", "/accounts/:id/transactions", {
+      params: accountId,
+      query: TransactionParams,
+      success: CreditTransactionList,
+      error: InvalidCursorWire
+    })
+      .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(OpenApi.Summary, "List an account's credit transactions")
       .annotate(OpenApi.Description, transactionsDescription)
   )
   .add(
-    HttpApiEndpoint.get("accountUsage")`/accounts/${accountIdParam}/usage`
-      .setUrlParams(UsageParams)
-      .addSuccess(UsageSummary)
+    HttpApiEndpoint.get("accountUsage", "/accounts/:id/usage", { params: accountId, query: UsageParams, success: UsageSummary })
+      .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(OpenApi.Summary, "Summarise an account's credit usage")
       .annotate(OpenApi.Description, usageDescription)
   )
   .add(
-    HttpApiEndpoint.put("putCategories", "/catalog/categories")
-      .setPayload(PutCategories)
-      .addSuccess(HookCategoryList)
+    HttpApiEndpoint.put("putCategories", "/catalog/categories", { payload: PutCategories, success: HookCategoryList })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(OpenApi.Summary, "Replace the category list")
   )
   .add(
-    HttpApiEndpoint.post("importHooks", "/catalog/hooks")
-      .addSuccess(ImportResult)
+    // No payload schema: the handler streams the body itself (Hooks/Import.ts).
+    HttpApiEndpoint.post("importHooks", "/catalog/hooks", { success: ImportResult })
       .annotate(OpenApi.Summary, "Import hooks")
       .annotate(
         OpenApi.Description,

@@ -7,8 +7,9 @@
  * - otherwise it serves the API in its own process on a loopback port (no background work)
  *   against DATABASE_URL or the embedded database, and calls that.
  */
-import { FetchHttpClient, HttpServer } from "@effect/platform"
-import { ConfigProvider, Context, Data, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { NodeRuntime } from "@effect/platform-node"
+import { Cause, ConfigProvider, Context, Data, Effect, Layer, Option, Redacted, References } from "effect"
+import { FetchHttpClient, HttpServer } from "effect/http"
 import { randomBytes } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
@@ -46,6 +47,7 @@ Where: with DATABASE_URL set, that PostgreSQL database; otherwise the embedded d
 (default ./.hookline, in the project directory under npm run), through the server running on it if
 there is one. Only migrate creates a new data directory.`
 
+/** A mistake at the terminal: its message alone goes to stderr. */
 class UsageError extends Error {}
 
 /** Tells the person at the terminal which server or database the command uses (stdout is the JSON answer). */
@@ -73,6 +75,8 @@ const cliOptions = {
   help: { type: "boolean", short: "h" }
 } as const
 
+// Hand-written rather than effect/cli: effect/cli prints its own help layout and adds global flags
+// (--version, --wizard, --completions, --log-level), while the usage above and these flags are the contract.
 const parsed = (() => {
   try {
     return parseArgs({ args: process.argv.slice(2), allowPositionals: true, options: cliOptions })
@@ -89,6 +93,10 @@ const int = (name: string, value: string | undefined) => {
   if (!Number.isInteger(parsed)) throw new UsageError(`--${name} must be an integer`)
   return parsed
 }
+/** The same object without its undefined properties: a payload leaves an absent option out. */
+const defined = <T extends object>(fields: T): T =>
+  Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)) as T
+
 const arg = (index: number, what: string) => {
   const value = positionals[index]
   if (value === undefined) throw new UsageError(`missing ${what}`)
@@ -109,20 +117,16 @@ const adminEndpoint = Effect.gen(function*() {
     const { url } = JSON.parse(readFileSync(serverFile, "utf8")) as { url: string }
     yield* note(`using the server running at ${url} (process ${holder}, data in ${config.dataDir})`)
     const secrets = yield* loadServerSecrets
-    if (secrets.adminToken === null) return yield* Effect.dieMessage("The running server has no admin token (set ADMIN_TOKEN).")
+    if (secrets.adminToken === null) return yield* Effect.die(new UsageError("The running server has no admin token (set ADMIN_TOKEN)."))
     return { baseUrl: url, adminToken: Redacted.value(secrets.adminToken) }
   }
   yield* note(`using ${databaseInUse(config)} (no server needed)`)
   // Serve the API in this process on a loopback port, with a one-time admin token.
   const adminToken = randomBytes(24).toString("base64url")
-  const provider = ConfigProvider.fromMap(new Map([["ADMIN_TOKEN", adminToken]])).pipe(
-    ConfigProvider.orElse(() => ConfigProvider.fromEnv())
-  )
-  const app = yield* Layer.build(
-    apiOnlyLayer(Server.layerLoopback(2 ** 31)).pipe(Layer.provide(Layer.setConfigProvider(provider)))
-  )
+  const provider = ConfigProvider.layerAdd(ConfigProvider.fromUnknown({ ADMIN_TOKEN: adminToken }), { asPrimary: true })
+  const app = yield* Layer.build(apiOnlyLayer(Server.layerLoopback(2 ** 31)).pipe(Layer.provide(provider)))
   const address = Context.get(app, HttpServer.HttpServer).address
-  const port = address._tag === "TcpAddress" ? address.port : 0
+  const port = address._tag === "UnixPathAddress" ? 0 : address.port
   return { baseUrl: `http://127.0.0.1:${port}`, adminToken }
 })
 
@@ -139,48 +143,48 @@ const command = Effect.gen(function*() {
   const client = yield* makeHooklineClient({ baseUrl, apiKey: adminToken, idempotencyKey: values["idempotency-key"] })
   if (group === "transactions") {
     return yield* client.admin.listTransactions({
-      path: { id: arg(1, "account id") },
-      urlParams: { limit: int("limit", values.limit), cursor: values.cursor }
+      params: { id: arg(1, "account id") },
+      query: defined({ limit: int("limit", values.limit), cursor: values.cursor })
     })
   }
   if (group === "usage") return yield* usageCommand(client, arg(1, "account id"), values)
   switch (`${group} ${action}`) {
     case "accounts create":
       return yield* client.admin.createAccount({
-        payload: {
+        payload: defined({
           plan: (values.plan ?? "") as Plan,
           name: values.name,
           monthly_grant: int("monthly-grant", values["monthly-grant"]),
           monthly_balance: int("monthly-balance", values["monthly-balance"]),
           topup_balance: int("topup-balance", values["topup-balance"])
-        }
+        })
       })
     case "accounts get":
-      return yield* client.admin.getAccount({ path: { id: arg(2, "account id") } })
+      return yield* client.admin.getAccount({ params: { id: arg(2, "account id") } })
     case "accounts update":
       return yield* client.admin.updateAccount({
-        path: { id: arg(2, "account id") },
-        payload: {
+        params: { id: arg(2, "account id") },
+        payload: defined({
           plan: values.plan as Plan | undefined,
           suspended: values.suspended === undefined ? undefined : values.suspended === "true"
-        }
+        })
       })
     case "keys create":
       return yield* client.admin.createKey({
-        path: { id: arg(2, "account id") },
-        payload: { scopes: values.scopes === undefined ? undefined : (values.scopes.split(",") as Array<Scope>) }
+        params: { id: arg(2, "account id") },
+        payload: defined({ scopes: values.scopes === undefined ? undefined : (values.scopes.split(",") as Array<Scope>) })
       })
     case "keys revoke":
-      return yield* client.admin.revokeKey({ path: { id: arg(2, "key id") } })
+      return yield* client.admin.revokeKey({ params: { id: arg(2, "key id") } })
     case "credits grant":
       return yield* client.admin.grantCredits({
-        path: { id: arg(2, "account id") },
-        payload: {
+        params: { id: arg(2, "account id") },
+        payload: defined({
           bucket: (values.bucket ?? "") as "monthly" | "topup",
           amount: int("amount", values.amount) ?? 0,
           reason: values.reason,
           reference: values.reference
-        }
+        })
       })
 
     case "catalog categories":
@@ -206,26 +210,35 @@ const chunking = () => ({
   chunkBytes: int("chunk-bytes", values["chunk-bytes"]) ?? defaultChunking.chunkBytes
 })
 
+/** What stderr says when a command fails: a usage mistake as is, an error with its tag. */
+const failureMessage = (cause: Cause.Cause<unknown>): string => {
+  if (Cause.hasInterruptsOnly(cause)) return "interrupted"
+  const failure = Cause.squash(cause)
+  if (failure instanceof UsageError) return failure.message
+  if (failure !== null && typeof failure === "object" && "message" in failure) {
+    const tag = "_tag" in failure && typeof failure._tag === "string" ? failure._tag : "Error"
+    return `${tag}: ${String(failure.message)}`
+  }
+  return Cause.pretty(cause)
+}
+
 const program = command.pipe(
   Effect.scoped,
   Effect.provide(FetchHttpClient.layer),
-  Effect.provide(Logger.minimumLogLevel(LogLevel.Warning)),
+  Effect.provideService(References.MinimumLogLevel, "Warn"),
   Effect.catchTag("Help", () => Effect.succeed(usage)),
   Effect.matchCauseEffect({
     onSuccess: (result) =>
       Effect.sync(() => process.stdout.write((typeof result === "string" ? result : JSON.stringify(result, null, 2)) + "\n")),
     onFailure: (cause) =>
       Effect.sync(() => {
-        const failure = cause._tag === "Fail" ? cause.error : cause._tag === "Die" ? cause.defect : undefined
-        const message = failure instanceof UsageError
-          ? failure.message
-          : failure !== null && typeof failure === "object" && "message" in failure
-          ? `${String((failure as { _tag?: string })._tag ?? "Error")}: ${String(failure.message)}`
-          : String(cause)
-        process.stderr.write(message + "\n")
+        process.stderr.write(failureMessage(cause) + "\n")
         process.exitCode = 1
       })
-  })
+  }),
+  // Exits even when something the command opened still holds the event loop (a keep-alive socket).
+  Effect.andThen(Effect.sync(() => process.exit()))
 )
 
-Effect.runPromise(program).then(() => process.exit())
+// runMain: Ctrl-C or SIGTERM interrupts the command, so the in-process server and database close.
+NodeRuntime.runMain(program)

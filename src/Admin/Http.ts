@@ -1,8 +1,10 @@
-import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Layer, Redacted } from "effect"
+import { HttpServerRequest } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
 import { HooklineApi } from "../Api.js"
 import { Auth } from "../Auth/Auth.js"
 import { bearerToken } from "../Auth/Bearer.js"
+import { clientAddressOf } from "../Auth/Http.js"
 import { Secrets } from "../Config.js"
 import { InvalidApiKey, NotFound, RequestId } from "../Errors.js"
 import { HookCatalog } from "../Hooks/HookCatalog.js"
@@ -11,29 +13,34 @@ import { idempotent } from "../Idempotency/Http.js"
 import { walletOf } from "../Ledger/Api.js"
 import { CreditHistory } from "../Ledger/History.js"
 import { Ledger } from "../Ledger/Ledger.js"
+import { Usage } from "../Ledger/Usage.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { sameSecret } from "../Ids.js"
-import { Usage } from "../Ledger/Usage.js"
 import { Accounts } from "./Accounts.js"
 import { AdminAuthentication } from "./Api.js"
 
+/**
+ * The admin token, read from the raw Authorization header (the framework's bearer credential
+ * does not tell a missing header from an empty token), compared in constant time.
+ */
 export const AdminAuthenticationLive = Layer.effect(
   AdminAuthentication,
   Effect.gen(function*() {
     const secrets = yield* Secrets
     const rateLimits = yield* RateLimits
     return AdminAuthentication.of({
-      adminToken: () =>
+      adminToken: (httpEffect) =>
         Effect.gen(function*() {
-          const request = yield* HttpServerRequest.HttpServerRequest
           // With a real database and no ADMIN_TOKEN the admin API does not exist.
           if (secrets.adminToken === null) return yield* new NotFound({ message: "No route for this request." })
+          const request = yield* HttpServerRequest.HttpServerRequest
           const token = bearerToken(request.headers["authorization"])
           if (token === null || !sameSecret(token, Redacted.value(secrets.adminToken))) {
             // Counted with /v1's failures per client address: guessing the token is limited too.
-            yield* rateLimits.failedAuthentication(Option.getOrElse(request.remoteAddress, () => "unknown"))
+            yield* rateLimits.failedAuthentication(clientAddressOf(request))
             return yield* new InvalidApiKey({ message: "Missing or invalid admin token." })
           }
+          return yield* httpEffect
         })
     })
   })
@@ -49,24 +56,24 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
     const usage = yield* Usage
     return handlers
       .handle("createAccount", ({ payload }) => idempotent(accounts.create(payload), payload))
-      .handle("getAccount", ({ path }) => accounts.get(path.id))
-      .handle("updateAccount", ({ path, payload }) => accounts.update(path.id, payload))
-      .handle("createKey", ({ path, payload }) =>
-        idempotent(accounts.get(path.id).pipe(Effect.zipRight(Effect.orDie(auth.createKey(path.id, payload.scopes)))), payload))
-      .handle("revokeKey", ({ path }) =>
-        auth.revokeKey(path.id).pipe(
+      .handle("getAccount", ({ params }) => accounts.get(params.id))
+      .handle("updateAccount", ({ params, payload }) => accounts.update(params.id, payload))
+      .handle("createKey", ({ params, payload }) =>
+        idempotent(accounts.get(params.id).pipe(Effect.andThen(Effect.orDie(auth.createKey(params.id, payload.scopes)))), payload))
+      .handle("revokeKey", ({ params }) =>
+        auth.revokeKey(params.id).pipe(
           Effect.orDie,
           Effect.flatMap((found) =>
             found
-              ? Effect.succeed({ object: "api_key" as const, id: path.id, revoked: true as const })
-              : new NotFound({ message: `No API key ${path.id}.` })
+              ? Effect.succeed({ object: "api_key" as const, id: params.id, revoked: true as const })
+              : Effect.fail(new NotFound({ message: `No API key ${params.id}.` }))
           )
         ))
-      .handle("grantCredits", ({ path, payload }) =>
+      .handle("grantCredits", ({ params, payload }) =>
         idempotent(
           Effect.gen(function*() {
-            yield* accounts.get(path.id)
-            const wallet = yield* ledger.grant(path.id, payload.bucket, payload.amount, {
+            yield* accounts.get(params.id)
+            const wallet = yield* ledger.grant(params.id, payload.bucket, payload.amount, {
               reason: payload.reason ?? null,
               referenceId: payload.reference ?? null,
               requestId: yield* RequestId
@@ -75,11 +82,11 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
           }),
           payload
         ))
-      .handle("listTransactions", ({ path, urlParams }) =>
+      .handle("listTransactions", ({ params, query }) =>
         // Reading the account (and its wallet) applies a rollover that is due, so it is listed.
-        accounts.get(path.id).pipe(Effect.zipRight(history.list(path.id, urlParams, "admin.transactions"))))
-      .handle("accountUsage", ({ path, urlParams }) =>
-        accounts.get(path.id).pipe(Effect.zipRight(usage.summarise(path.id, urlParams))))
+        accounts.get(params.id).pipe(Effect.andThen(history.list(params.id, query, "admin.transactions"))))
+      .handle("accountUsage", ({ params, query }) =>
+        accounts.get(params.id).pipe(Effect.andThen(usage.summarise(params.id, query))))
       .handle("putCategories", ({ payload }) => catalog.putCategories(payload))
       .handle("importHooks", () => importHooksFromRequest)
   })

@@ -14,24 +14,16 @@ import { demoHook } from "../Hooks/DemoData.js"
 import { formatOfFile, maxReportedRejections } from "../Hooks/Import.js"
 import type { ImportResult } from "./Api.js"
 import { type ProgressOutput, ProgressReporter } from "./ImportProgress.js"
-import { failureOf, postWithRetries, RequestFailed } from "./ImportRequests.js"
+import {
+  type AdminEndpoint,
+  type ChunkingOptions,
+  defaultChunking,
+  failureOf,
+  postWithRetries,
+  RequestFailed
+} from "./ImportRequests.js"
 
-export interface AdminEndpoint {
-  readonly baseUrl: string
-  readonly adminToken: string
-}
-
-export interface ChunkingOptions {
-  /** First line to import (1-based); earlier lines are skipped. */
-  readonly fromLine: number
-  /** Most bytes per request (whole lines; a longer single line goes alone). */
-  readonly chunkBytes: number
-  /** Attempts after the first for a request that failed on the network or with a 5xx. */
-  readonly retries: number
-  readonly retryDelayMs: number
-}
-
-export const defaultChunking: ChunkingOptions = { fromLine: 1, chunkBytes: 32 * 1024 * 1024, retries: 2, retryDelayMs: 1_000 }
+export { type AdminEndpoint, type ChunkingOptions, defaultChunking } from "./ImportRequests.js"
 
 export interface NdjsonSource {
   readonly label: string
@@ -204,7 +196,7 @@ export const importJsonArray = async (endpoint: AdminEndpoint, path: string): Pr
  */
 const asCommand = <A>(run: () => Promise<A>) =>
   Effect.tryPromise({ try: run, catch: (error) => error }).pipe(
-    Effect.catchAll((error) => {
+    Effect.catch((error) => {
       if (error instanceof ImportStopped) {
         process.stdout.write(JSON.stringify({ ...error.summary, resume_from_line: error.resumeLine }, null, 2) + "\n")
       }

@@ -3,7 +3,23 @@
  * network failures and 5xx answers, its body completed only once the request before it committed.
  */
 import type { ImportResult } from "./Api.js"
-import type { AdminEndpoint, ChunkingOptions } from "./ImportCommand.js"
+
+export interface AdminEndpoint {
+  readonly baseUrl: string
+  readonly adminToken: string
+}
+
+export interface ChunkingOptions {
+  /** First line to import (1-based); earlier lines are skipped. */
+  readonly fromLine: number
+  /** Most bytes per request (whole lines; a longer single line goes alone). */
+  readonly chunkBytes: number
+  /** Attempts after the first for a request that failed on the network or with a 5xx. */
+  readonly retries: number
+  readonly retryDelayMs: number
+}
+
+export const defaultChunking: ChunkingOptions = { fromLine: 1, chunkBytes: 32 * 1024 * 1024, retries: 2, retryDelayMs: 1_000 }
 
 /** The error envelope's message, or the status line. */
 export const failureOf = async (response: Response): Promise<string> => {

@@ -2,8 +2,8 @@
  * Every statement on `accounts`, named for what it does. Wallet rows belong to the Ledger; this
  * room holds the account's own fields. Database and decoding failures are defects.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
 import { Plan } from "../Auth/Domain.js"
 import { atRepoBoundary } from "../Repository.js"
 
@@ -21,40 +21,42 @@ const NewAccount = Schema.Struct({ id: Schema.String, name: Schema.NullOr(Schema
 const Suspension = Schema.Struct({ id: Schema.String, suspended: Schema.Boolean })
 const PlanChange = Schema.Struct({ id: Schema.String, plan: Plan, monthlyGrant: Schema.Number })
 
-export class AccountsRepo extends Effect.Service<AccountsRepo>()("hookline/AccountsRepo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
 
-    /** The account, row-locked until the transaction ends when `lock` is set. */
-    const findAccount = SqlSchema.findOne({
-      Request: AccountLookup,
-      Result: AccountRow,
-      execute: ({ id, lock }) =>
-        sql`SELECT id, name, plan, suspended, monthly_grant FROM accounts WHERE id = ${id} ${lock ? sql`FOR UPDATE` : sql``}`
-    })
-
-    const insertAccount = SqlSchema.void({
-      Request: NewAccount,
-      execute: ({ id, monthlyGrant, name, plan }) =>
-        sql`INSERT INTO accounts (id, name, plan, monthly_grant) VALUES (${id}, ${name}, ${plan}, ${monthlyGrant})`
-    })
-
-    const setSuspended = SqlSchema.void({
-      Request: Suspension,
-      execute: ({ id, suspended }) => sql`UPDATE accounts SET suspended = ${suspended}, updated_at = now() WHERE id = ${id}`
-    })
-
-    const changePlan = SqlSchema.void({
-      Request: PlanChange,
-      execute: ({ id, monthlyGrant, plan }) =>
-        sql`UPDATE accounts SET plan = ${plan}, monthly_grant = ${monthlyGrant}, updated_at = now() WHERE id = ${id}`
-    })
-
-    return atRepoBoundary("AccountsRepo", {
-      findAccount: (id: string, lock: boolean) => findAccount({ id, lock }),
-      insertAccount,
-      setSuspended: (id: string, suspended: boolean) => setSuspended({ id, suspended }),
-      changePlan: (id: string, plan: Plan, monthlyGrant: number) => changePlan({ id, plan, monthlyGrant })
-    })
+  /** The account, row-locked until the transaction ends when `lock` is set. */
+  const findAccount = SqlSchema.findOneOption({
+    Request: AccountLookup,
+    Result: AccountRow,
+    execute: ({ id, lock }) =>
+      sql`SELECT id, name, plan, suspended, monthly_grant FROM accounts WHERE id = ${id} ${lock ? sql`FOR UPDATE` : sql``}`
   })
-}) {}
+
+  const insertAccount = SqlSchema.void({
+    Request: NewAccount,
+    execute: ({ id, monthlyGrant, name, plan }) =>
+      sql`INSERT INTO accounts (id, name, plan, monthly_grant) VALUES (${id}, ${name}, ${plan}, ${monthlyGrant})`
+  })
+
+  const setSuspended = SqlSchema.void({
+    Request: Suspension,
+    execute: ({ id, suspended }) => sql`UPDATE accounts SET suspended = ${suspended}, updated_at = now() WHERE id = ${id}`
+  })
+
+  const changePlan = SqlSchema.void({
+    Request: PlanChange,
+    execute: ({ id, monthlyGrant, plan }) =>
+      sql`UPDATE accounts SET plan = ${plan}, monthly_grant = ${monthlyGrant}, updated_at = now() WHERE id = ${id}`
+  })
+
+  return atRepoBoundary("AccountsRepo", {
+    findAccount: (id: string, lock: boolean) => findAccount({ id, lock }),
+    insertAccount,
+    setSuspended: (id: string, suspended: boolean) => setSuspended({ id, suspended }),
+    changePlan: (id: string, plan: Plan, monthlyGrant: number) => changePlan({ id, plan, monthlyGrant })
+  })
+})
+
+export class AccountsRepo extends Context.Service<AccountsRepo, Effect.Success<typeof make>>()("hookline/AccountsRepo") {
+  static readonly layer = Layer.effect(AccountsRepo, make)
+}

@@ -14,7 +14,7 @@ export const usageOptions = {
 const date = (name: string, value: string | undefined) => {
   if (value === undefined) return Effect.succeed(undefined)
   const parsed = new Date(value)
-  return Number.isNaN(parsed.getTime()) ? Effect.dieMessage(`--${name} must be an ISO 8601 date`) : Effect.succeed(parsed)
+  return Number.isNaN(parsed.getTime()) ? Effect.die(new Error(`--${name} must be an ISO 8601 date`)) : Effect.succeed(parsed)
 }
 
 export const usageCommand = (
@@ -25,11 +25,18 @@ export const usageCommand = (
   Effect.gen(function*() {
     const groupBy = values["group-by"] === undefined
       ? undefined
-      : yield* Schema.decodeUnknown(UsageGroupBy)(values["group-by"]).pipe(
-        Effect.orElse(() => Effect.dieMessage("--group-by must be day or operation"))
+      : yield* Schema.decodeUnknownEffect(UsageGroupBy)(values["group-by"]).pipe(
+        Effect.catch(() => Effect.die(new Error("--group-by must be day or operation")))
       )
+    const from = yield* date("from", values.from)
+    const to = yield* date("to", values.to)
     return yield* client.admin.accountUsage({
-      path: { id: accountId },
-      urlParams: { from: yield* date("from", values.from), to: yield* date("to", values.to), group_by: groupBy }
+      params: { id: accountId },
+      // Absent options are left out of the query.
+      query: {
+        ...(from === undefined ? {} : { from }),
+        ...(to === undefined ? {} : { to }),
+        ...(groupBy === undefined ? {} : { group_by: groupBy })
+      }
     })
   })

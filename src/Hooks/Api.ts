@@ -1,28 +1,32 @@
 /** The hook catalog contract (spec 2.3–2.6, 4.3–4.6). */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InsufficientCreditsWire, InvalidCursorWire, SearchTimedOutWire } from "../Errors.js"
 import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
 
-export const HookId = Schema.String.pipe(Schema.pattern(/^hook_[0-9a-f]{32}$/)).annotations({
-  description: "`hook_` followed by 32 hexadecimal characters."
-})
+export const HookId = Schema.String.annotate({ description: "`hook_` followed by 32 hexadecimal characters." }).check(
+  Schema.isPattern(/^hook_[0-9a-f]{32}$/u, { expected: "`hook_` followed by 32 hexadecimal characters" })
+)
 
 const categorySlugRule =
   "must be a category slug: 1 to 64 lowercase letters and digits, in groups joined by single hyphens " +
   "(GET /v1/hooks/categories lists them)"
 
-export const CategorySlug = Schema.String.pipe(
-  Schema.minLength(1, { message: () => categorySlugRule }),
-  Schema.maxLength(64, { message: () => categorySlugRule }),
-  Schema.pattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/, { message: () => categorySlugRule })
-).annotations({ description: "Lowercase letters and digits in groups joined by single hyphens, 1 to 64 characters." })
+// Annotations go on the string, not after the checks: `.annotate` there would describe the last check only.
+export const CategorySlug = Schema.String.annotate({
+  description: "Lowercase letters and digits in groups joined by single hyphens, 1 to 64 characters."
+}).check(
+  Schema.isMinLength(1, { message: categorySlugRule }),
+  Schema.isMaxLength(64, { message: categorySlugRule }),
+  // The u flag lets the pattern into the JSON Schema (OpenAPI).
+  Schema.isPattern(/^[a-z0-9]+(?:-[a-z0-9]+)*$/u, { message: categorySlugRule })
+)
 
 export const HookCategory = Schema.Struct({
   slug: Schema.String,
   name: Schema.String
-}).annotations({ identifier: "HookCategory" })
+}).annotate({ identifier: "HookCategory" })
 export type HookCategory = typeof HookCategory.Type
 
 export const HookCategoryList = ListOf(HookCategory, "HookCategoryList")
@@ -34,38 +38,39 @@ export const HookLean = Schema.Struct({
   media_type: Schema.NullOr(Schema.String),
   thumbnail_url: Schema.NullOr(Schema.String),
   category: Schema.NullOr(Schema.String),
-  hook_duration_sec: Schema.NullOr(Schema.Number),
+  hook_duration_sec: Schema.NullOr(Schema.Finite),
   published_at: Schema.NullOr(Timestamp)
-}).annotations({ identifier: "HookLean" })
+}).annotate({ identifier: "HookLean" })
 export type HookLean = typeof HookLean.Type
 
 export const Emotions = Schema.Struct({
-  inspiration: Schema.Number,
-  fear: Schema.Number,
-  curiosity: Schema.Number,
-  satisfaction: Schema.Number,
-  happiness: Schema.Number,
-  anger: Schema.Number,
-  surprise: Schema.Number
-}).annotations({ identifier: "Emotions", description: "Weights 0 to 100." })
+  inspiration: Schema.Finite,
+  fear: Schema.Finite,
+  curiosity: Schema.Finite,
+  satisfaction: Schema.Finite,
+  happiness: Schema.Finite,
+  anger: Schema.Finite,
+  surprise: Schema.Finite
+}).annotate({ identifier: "Emotions", description: "Weights 0 to 100." })
 
-export const CommentTheme = Schema.Struct({ word: Schema.String, count: Schema.Number }).annotations({
+export const CommentTheme = Schema.Struct({ word: Schema.String, count: Schema.Finite }).annotate({
   identifier: "CommentTheme"
 })
 
 const richFields = {
   source_url: Schema.NullOr(Schema.String),
   caption: Schema.NullOr(Schema.String),
-  duration_sec: Schema.NullOr(Schema.Number),
+  duration_sec: Schema.NullOr(Schema.Finite),
   summary: Schema.NullOr(Schema.String),
   emotions: Schema.NullOr(Emotions),
   comment_themes: Schema.NullOr(Schema.Array(CommentTheme)),
-  metrics: Schema.NullOr(Schema.Unknown),
-  creator: Schema.NullOr(Schema.Unknown),
-  audio: Schema.NullOr(Schema.Unknown)
+  // Free-form JSON (null included), passed through as imported.
+  metrics: Schema.Unknown,
+  creator: Schema.Unknown,
+  audio: Schema.Unknown
 }
 
-export const HookRich = Schema.Struct({ ...HookLean.fields, ...richFields }).annotations({ identifier: "HookRich" })
+export const HookRich = Schema.Struct({ ...HookLean.fields, ...richFields }).annotate({ identifier: "HookRich" })
 export type HookRich = typeof HookRich.Type
 
 export const HookList = ListOf(HookLean, "HookList")
@@ -75,45 +80,37 @@ export type HookList = typeof HookList.Type
 export const maxQueryCharacters = 200
 
 export const SearchParams = Schema.Struct({
-  q: Schema.propertySignature(Schema.String.pipe(
-    Schema.minLength(1),
+  q: Schema.String.annotate({ description: "Words matched against hook text, 1 to 200 characters." }).check(
+    Schema.isMinLength(1, { message: "must be at least 1 character" }),
     // Characters are code points (an emoji is one), as JSON Schema's maxLength counts them.
-    Schema.filter((q) => [...q].length <= maxQueryCharacters, {
-      message: () => `must be at most ${maxQueryCharacters} characters`,
-      jsonSchema: { maxLength: maxQueryCharacters }
-    }),
+    Schema.isMaxCodePoints(maxQueryCharacters, { message: `must be at most ${maxQueryCharacters} characters` }),
     // PostgreSQL text cannot hold U+0000: refuse it here, before the reserve.
-    Schema.filter((q) => !q.includes("\u0000"), { message: () => "must not contain the NUL character (U+0000)" })
-  ).annotations({
-    description: "Words matched against hook text, 1 to 200 characters."
-  })).annotations({
-    missingMessage: () => "is missing: q is the text to search for, 1 to 200 characters (e.g. ?q=morning+routine)"
-  }),
+    Schema.makeFilter((q: string) => !q.includes("\u0000"), { message: "must not contain the NUL character (U+0000)" })
+  ).pipe(Schema.annotateKey({
+    messageMissingKey: "is missing: q is the text to search for, 1 to 200 characters (e.g. ?q=morning+routine)"
+  })),
   cursor: Schema.optional(Cursor)
-}).annotations(strict)
+})
 
 export const ListParams = Schema.Struct({
   category: CategorySlug,
   cursor: Schema.optional(Cursor)
-}).annotations(strict)
-
-const hookIdParam = HttpApiSchema.param("id", Schema.String)
+})
 
 export class HooksApi extends HttpApiGroup.make("hooks")
   .add(
-    HttpApiEndpoint.get("categories", "/hooks/categories")
-      .addSuccess(HookCategoryList)
+    HttpApiEndpoint.get("categories", "/hooks/categories", { success: HookCategoryList })
       .annotate(AccessRule, needs(null))
       .annotate(OpenApi.Summary, "List hook categories")
       .annotate(OpenApi.Description, "All categories, ordered by name, in one page. Costs 0.")
   )
   .add(
-    HttpApiEndpoint.get("search", "/hooks/search")
-      .setUrlParams(SearchParams)
-      .addSuccess(HookList)
-      .addError(InvalidCursorWire)
-      .addError(InsufficientCreditsWire)
-      .addError(SearchTimedOutWire)
+    HttpApiEndpoint.get("search", "/hooks/search", {
+      query: SearchParams,
+      success: HookList,
+      error: [InvalidCursorWire, InsufficientCreditsWire, SearchTimedOutWire]
+    })
+      .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "Search hooks")
       .annotate(
@@ -126,12 +123,12 @@ export class HooksApi extends HttpApiGroup.make("hooks")
       )
   )
   .add(
-    HttpApiEndpoint.get("list", "/hooks/list")
-      .setUrlParams(ListParams)
-      .addSuccess(HookList)
-      .addError(InvalidCursorWire)
-      .addError(InsufficientCreditsWire)
-      .addError(SearchTimedOutWire)
+    HttpApiEndpoint.get("list", "/hooks/list", {
+      query: ListParams,
+      success: HookList,
+      error: [InvalidCursorWire, InsufficientCreditsWire, SearchTimedOutWire]
+    })
+      .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "List a category's hooks")
       .annotate(
@@ -141,9 +138,12 @@ export class HooksApi extends HttpApiGroup.make("hooks")
       )
   )
   .add(
-    HttpApiEndpoint.get("get")`/hooks/${hookIdParam}`
-      .addSuccess(HookRich)
-      .addError(InsufficientCreditsWire)
+    // The id is checked by the handler, so a malformed one is a 404 like an unknown one.
+    HttpApiEndpoint.get("get", "/hooks/:id", {
+      params: { id: Schema.String },
+      success: HookRich,
+      error: InsufficientCreditsWire
+    })
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "Get a hook")
       .annotate(OpenApi.Description, "The full hook. Costs 1 credit. A malformed or unknown id is 404. Needs hooks:read.")

@@ -1,8 +1,10 @@
 /**
  * The catalog's statements as plain text with positional parameters. HookCatalog runs
- * them through @effect/sql; the benchmark's bare baseline (bench/catalog.ts) sends the very
+ * them through SqlClient; the benchmark's bare baseline (bench/catalog.ts) sends the very
  * same text through `pg`, so the two are compared on identical database work.
  */
+import { PgTypes } from "@effect/sql-pg"
+import { Result } from "effect"
 import type { HookRecord } from "./HookRecord.js"
 
 /** Sort key above every real one (epoch ms of published_at; hooks without one use the floor). */
@@ -49,21 +51,31 @@ export const hookColumns = [
   "source_url", "caption", "duration_sec", "summary", "emotions", "comment_themes", "metrics", "creator", "audio"
 ] as const
 
-const columnTypes = [
+/** The PostgreSQL type of each of `hookColumns`. */
+export const hookColumnTypes = [
   "text", "text", "text", "text", "text", "text", "float8", "timestamptz",
   "text", "text", "float8", "text", "jsonb", "jsonb", "jsonb", "jsonb", "jsonb"
 ] as const
 
 const jsonColumns: ReadonlySet<string> = new Set(["emotions", "comment_themes", "metrics", "creator", "audio"])
 
-/** The parameters of upsertHooksSql for a batch (ids must be distinct within it). */
-export const upsertHooksParams = (records: ReadonlyArray<HookRecord>): Array<Array<unknown>> =>
-  hookColumns.map((column) =>
-    records.map((record) => {
-      const value = record[column]
-      return jsonColumns.has(column) ? (value === null || value === undefined ? null : JSON.stringify(value)) : value
-    })
-  )
+/**
+ * A column's values as one typed array parameter: float8 columns bind as float8[], the others as
+ * text[] that the statement casts (jsonb values as their JSON text). Typed explicitly because the
+ * driver infers an array's type from its elements, and a column of nulls, or of whole and
+ * fractional numbers, has no single inferred type.
+ */
+const columnParameter = (records: ReadonlyArray<HookRecord>, column: (typeof hookColumns)[number], type: string) => {
+  const values = records.map((record) => {
+    const value: unknown = record[column]
+    return value === null || value === undefined ? null : jsonColumns.has(column) ? JSON.stringify(value) : type === "float8" ? value : String(value)
+  })
+  return Result.getOrThrow(PgTypes.array(values, type === "float8" ? PgTypes.OID.float8 : PgTypes.OID.text))
+}
+
+/** One typed array parameter per column, in hookColumns order (upsertHooksSql's $1 … $17; a batch's ids must be distinct). */
+export const hookColumnParams = (records: ReadonlyArray<HookRecord>): Array<PgTypes.Parameter> =>
+  hookColumns.map((column, i) => columnParameter(records, column, hookColumnTypes[i]))
 
 const onConflictUpdate = `
   ON CONFLICT (id) DO UPDATE SET
@@ -72,7 +84,7 @@ const onConflictUpdate = `
 
 export const upsertHooksSql = `
   INSERT INTO hooks (${hookColumns.join(", ")})
-  SELECT * FROM unnest(${columnTypes.map((type, i) => `$${i + 1}::${type}[]`).join(", ")})
+  SELECT * FROM unnest(${hookColumnTypes.map((type, i) => `$${i + 1}::${type}[]`).join(", ")})
   ${onConflictUpdate}
   RETURNING (xmax = 0) AS inserted`
 
@@ -84,7 +96,7 @@ export const upsertHooksSql = `
  */
 export const createImportStagingSql = `
   CREATE TEMP TABLE hook_import_staging (
-    ${hookColumns.map((column, i) => `${column} ${columnTypes[i]}`).join(", ")},
+    ${hookColumns.map((column, i) => `${column} ${hookColumnTypes[i]}`).join(", ")},
     seq bigint
   ) ON COMMIT DROP`
 

@@ -6,23 +6,23 @@ export const pageSize = 50
 
 export const CatalogConfig = Config.all({
   /** A search that runs longer is cancelled in the database and answered 503 (nothing charged). */
-  searchTimeout: Config.duration("SEARCH_TIMEOUT").pipe(Config.withDefault(Duration.seconds(3))),
+  searchTimeout: Config.Duration("SEARCH_TIMEOUT").pipe(Config.withDefault(Duration.seconds(3))),
   /**
    * Newest hooks a one-word search examines before treating the word as rare and sorting its
    * index matches instead. Changes speed only, never results.
    */
-  searchWalkWindow: Config.integer("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
+  searchWalkWindow: Config.Int("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
   /** First pages of search and list kept in memory per process (0 turns the cache off). */
-  cacheEntries: Config.integer("CATALOG_CACHE_ENTRIES").pipe(Config.withDefault(1_000)),
+  cacheEntries: Config.Int("CATALOG_CACHE_ENTRIES").pipe(Config.withDefault(1_000)),
   /** Records staged per insert statement during an import (they reach the catalog together at its end). */
-  importBatchSize: Config.integer("IMPORT_BATCH_SIZE").pipe(Config.withDefault(5_000)),
+  importBatchSize: Config.Int("IMPORT_BATCH_SIZE").pipe(Config.withDefault(5_000)),
   /**
    * Largest import request body: a larger declared size is refused at once, a larger streamed
    * body when it passes the limit; either way with 413 and nothing written. Keep it under the
    * server's own request limit (300 MiB, src/App.ts). The CLI splits files into smaller requests.
    */
-  importMaxBodyBytes: Config.integer("IMPORT_MAX_BODY_BYTES").pipe(Config.withDefault(256 * 1024 * 1024)),
+  importMaxBodyBytes: Config.Int("IMPORT_MAX_BODY_BYTES").pipe(Config.withDefault(256 * 1024 * 1024)),
   /** Largest single record (one NDJSON line or one array element) an import accepts. */
-  importMaxRecordBytes: Config.integer("IMPORT_MAX_RECORD_BYTES").pipe(Config.withDefault(1024 * 1024))
+  importMaxRecordBytes: Config.Int("IMPORT_MAX_RECORD_BYTES").pipe(Config.withDefault(1024 * 1024))
 })
-export type CatalogConfig = Config.Config.Success<typeof CatalogConfig>
+export type CatalogConfig = Config.Success<typeof CatalogConfig>

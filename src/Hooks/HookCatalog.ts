@@ -4,19 +4,19 @@
  * catalog's repository (Repo.ts); the search structures they read are described in
  * migrations/0002_catalog_search.ts.
  */
-import { Effect, Option, Schema } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import type { HookCategory, HookLean, HookRich } from "./Api.js"
 import { topSortMs } from "./CatalogSql.js"
 import { CatalogConfig, pageSize } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
-import { CatalogRepo, type LeanRow } from "./Repo.js"
+import { CatalogRepo, type LeanRow, type RichRow } from "./Repo.js"
 
 /** Where the next search page starts: the last row's (k1, sort_ms, id); see hook_search_page. */
-export const SearchPosition = Schema.Tuple(Schema.NullOr(Schema.Number), Schema.Int, Schema.String)
+export const SearchPosition = Schema.Tuple([Schema.NullOr(Schema.Number), Schema.Int, Schema.String])
 export type SearchPosition = typeof SearchPosition.Type
 
 /** Where the next list page starts: the last row's (sort_ms, id). */
-export const ListPosition = Schema.Tuple(Schema.Int, Schema.String)
+export const ListPosition = Schema.Tuple([Schema.Int, Schema.String])
 export type ListPosition = typeof ListPosition.Type
 
 /** What a catalog cursor is bound to: its endpoint and the normalised query or the category. */
@@ -31,6 +31,20 @@ const toLean = (row: LeanRow): HookLean => ({
   category: row.category,
   hook_duration_sec: row.hook_duration_sec,
   published_at: row.published_at === null ? null : row.published_at.toISOString()
+})
+
+/** The JSON columns were written by import, through HookImportRecord; the success schema checks them again. */
+const toRich = (row: RichRow): HookRich => ({
+  ...toLean(row),
+  source_url: row.source_url,
+  caption: row.caption,
+  duration_sec: row.duration_sec,
+  summary: row.summary,
+  emotions: row.emotions as HookRich["emotions"],
+  comment_themes: row.comment_themes as HookRich["comment_themes"],
+  metrics: row.metrics ?? null,
+  creator: row.creator ?? null,
+  audio: row.audio ?? null
 })
 
 /** One page, and where the next one starts (None on the last page). */
@@ -88,85 +102,78 @@ const firstPageCache = <E>(catalogVersion: Effect.Effect<number, E>, entries: nu
       : load
 }
 
-export class HookCatalog extends Effect.Service<HookCatalog>()("hookline/HookCatalog", {
-  dependencies: [CatalogRepo.Default],
-  effect: Effect.gen(function*() {
-    const repo = yield* CatalogRepo
-    const config = yield* CatalogConfig
-    const cachedFirstPage = firstPageCache(repo.catalogVersion, config.cacheEntries)
-    /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
-    const searchableQueries = lruCache<boolean>(config.cacheEntries)
+const make = Effect.gen(function*() {
+  const repo = yield* CatalogRepo
+  const config = yield* CatalogConfig
+  const cachedFirstPage = firstPageCache(repo.catalogVersion, config.cacheEntries)
+  /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
+  const searchableQueries = lruCache<boolean>(config.cacheEntries)
 
-    const categories = Effect.map(repo.categories, (data) => ({
-      object: "list" as const,
-      data,
-      has_more: false,
-      next_cursor: null
-    }))
+  const categories = Effect.map(repo.categories, (data) => ({
+    object: "list" as const,
+    data,
+    has_more: false,
+    next_cursor: null
+  }))
 
-    /** Replaces the category list (hooks keep their category slug even when it is removed). */
-    const putCategories = (input: ReadonlyArray<HookCategory>) => Effect.zipRight(repo.replaceCategories(input), categories)
+  /** Replaces the category list (hooks keep their category slug even when it is removed). */
+  const putCategories = (input: ReadonlyArray<HookCategory>) => Effect.andThen(repo.replaceCategories(input), categories)
 
-    const hasSearchableWord = (normalised: string) => {
-      const known = searchableQueries.get(normalised)
-      return known !== undefined
-        ? Effect.succeed(known)
-        : Effect.tap(repo.hasSearchableWord(normalised), (searchable) => searchableQueries.set(normalised, searchable))
-    }
+  const hasSearchableWord = (normalised: string) => {
+    const known = searchableQueries.get(normalised)
+    return known !== undefined
+      ? Effect.succeed(known)
+      : Effect.map(repo.hasSearchableWord(normalised), (searchable) => {
+        searchableQueries.set(normalised, searchable)
+        return searchable
+      })
+  }
 
-    /** One page of search results: ranked full-text matches, or the substring fallback for a query with no searchable word. */
-    const search = (normalised: string, after: Option.Option<SearchPosition>) =>
-      cachedFirstPage(
-        `search\0${normalised}`,
-        Option.isNone(after),
-        Effect.flatMap(hasSearchableWord(normalised), (searchable) => {
-          const request = {
-            query: normalised,
-            after: Option.getOrElse(after, () => [null, null, null] as const),
-            rows: pageSize + 1,
-            walkWindow: config.searchWalkWindow
-          }
-          return searchable ? repo.searchPage(request) : repo.substringPage(request)
-        }).pipe(Effect.map((rows) => toPage(rows, (row): SearchPosition => [row.k1, row.k2, row.id])))
+  /** One page of search results: ranked full-text matches, or the substring fallback for a query with no searchable word. */
+  const search = (normalised: string, after: Option.Option<SearchPosition>) =>
+    cachedFirstPage(
+      `search\0${normalised}`,
+      Option.isNone(after),
+      Effect.flatMap(hasSearchableWord(normalised), (searchable) => {
+        const request = {
+          query: normalised,
+          after: Option.getOrElse(after, () => [null, null, null] as const),
+          rows: pageSize + 1,
+          walkWindow: config.searchWalkWindow
+        }
+        return searchable ? repo.searchPage(request) : repo.substringPage(request)
+      }).pipe(Effect.map((rows) => toPage(rows, (row): SearchPosition => [row.k1, row.k2, row.id])))
+    )
+
+  /** One page of a category's hooks, newest first. */
+  const list = (category: string, after: Option.Option<ListPosition>) =>
+    cachedFirstPage(
+      `list\0${category}`,
+      Option.isNone(after),
+      repo.listPage({ category, after: Option.getOrElse(after, () => [topSortMs, ""] as const), rows: pageSize + 1 }).pipe(
+        Effect.map((rows) => toPage(rows, (row): ListPosition => [row.k2, row.id]))
       )
+    )
 
-    /** One page of a category's hooks, newest first. */
-    const list = (category: string, after: Option.Option<ListPosition>) =>
-      cachedFirstPage(
-        `list\0${category}`,
-        Option.isNone(after),
-        repo.listPage({ category, after: Option.getOrElse(after, () => [topSortMs, ""] as const), rows: pageSize + 1 }).pipe(
-          Effect.map((rows) => toPage(rows, (row): ListPosition => [row.k2, row.id]))
-        )
-      )
+  const hook = (id: string) => Effect.map(repo.findHook(id), Option.map(toRich))
 
-    const hook = (id: string) =>
-      Effect.map(repo.findHook(id), Option.map((row): HookRich => ({
-        ...toLean(row),
-        source_url: row.source_url,
-        caption: row.caption,
-        duration_sec: row.duration_sec,
-        summary: row.summary,
-        emotions: row.emotions as HookRich["emotions"],
-        comment_themes: row.comment_themes as HookRich["comment_themes"],
-        metrics: row.metrics ?? null,
-        creator: row.creator ?? null,
-        audio: row.audio ?? null
-      })))
+  /** Inserts or updates hooks in one statement; a batch must not repeat an id. */
+  const upsert = (records: ReadonlyArray<HookRecord>) => repo.upsertHooks(records)
 
-    /** Inserts or updates hooks in one statement; a batch must not repeat an id. */
-    const upsert = (records: ReadonlyArray<HookRecord>) => repo.upsertHooks(records)
+  return {
+    config,
+    categories,
+    putCategories,
+    categoryExists: repo.categoryExists,
+    catalogVersion: repo.catalogVersion,
+    search,
+    list,
+    hook,
+    upsert
+  } as const
+})
 
-    return {
-      config,
-      categories,
-      putCategories,
-      categoryExists: repo.categoryExists,
-      catalogVersion: repo.catalogVersion,
-      search,
-      list,
-      hook,
-      upsert
-    } as const
-  })
-}) {}
+export class HookCatalog extends Context.Service<HookCatalog, Effect.Success<typeof make>>()("hookline/HookCatalog") {
+  /** With its repository; needs SqlClient and the catalog's configuration from outside. */
+  static readonly layer = Layer.effect(HookCatalog, make).pipe(Layer.provide(CatalogRepo.layer))
+}

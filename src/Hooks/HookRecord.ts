@@ -3,7 +3,7 @@
  * shape with an id. Imported records may leave the id out: it is then derived from platform +
  * source_url, so importing the same source again updates the hook instead of duplicating it.
  */
-import { Either, ParseResult, Schema } from "effect"
+import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import { sha256Hex } from "../Ids.js"
 import { CategorySlug, HookId, type HookRich } from "./Api.js"
 
@@ -27,25 +27,24 @@ const normalisedDateTime = (value: string): string | null => {
   return Number.isNaN(time) ? null : new Date(time).toISOString()
 }
 
-const PublishedAt = Schema.transformOrFail(Schema.String, Schema.String, {
-  strict: true,
-  decode: (value, _options, ast) => {
-    const normalised = normalisedDateTime(value)
-    return normalised === null
-      ? ParseResult.fail(new ParseResult.Type(ast, value, "must be an ISO 8601 date-time with a time zone, e.g. 2025-06-01T12:00:00.000Z"))
-      : ParseResult.succeed(normalised)
-  },
-  encode: ParseResult.succeed
-})
+/** Checked, then normalised (the check has refused every value the normalisation cannot read). */
+const PublishedAt = Schema.String.check(
+  Schema.makeFilter((value: string) => normalisedDateTime(value) !== null, {
+    message: "must be an ISO 8601 date-time with a time zone, e.g. 2025-06-01T12:00:00.000Z"
+  })
+).pipe(Schema.decodeTo(
+  Schema.String,
+  SchemaTransformation.transform({ decode: (value) => normalisedDateTime(value) ?? value, encode: (value) => value })
+))
 
-const Text = (max: number) => Schema.String.pipe(Schema.maxLength(max))
-const NonNegative = Schema.Number.pipe(Schema.finite(), Schema.nonNegative())
-const Weight = Schema.Number.pipe(Schema.finite(), Schema.between(0, 100))
+const Text = (max: number) => Schema.String.check(Schema.isMaxLength(max))
+const NonNegative = Schema.Number.check(Schema.isFinite(), Schema.isGreaterThanOrEqualTo(0))
+const Weight = Schema.Number.check(Schema.isFinite(), Schema.isBetween({ minimum: 0, maximum: 100 }))
 
 /** A nullable field an import may leave out (absent means null). */
-const nullable = <S extends Schema.Schema.Any>(schema: S) => Schema.optionalWith(Schema.NullOr(schema), { default: () => null })
+const nullable = <S extends Schema.Top>(schema: S) => Schema.NullOr(schema).pipe(Schema.withDecodingDefaultKey(Effect.succeed(null)))
 
-/** Longest value of each free-text field, in UTF-16 code units (what Schema.maxLength counts). */
+/** Longest value of each free-text field, in UTF-16 code units (what Schema.isMaxLength counts). */
 const textLimits = { platform: 64, media_type: 64, thumbnail_url: 2_048, source_url: 2_048, caption: 10_000, summary: 10_000, themeWord: 200 } as const
 
 const Emotions = Schema.Struct({
@@ -69,8 +68,8 @@ const isCategorySlug = Schema.is(CategorySlug)
 
 export const HookImportRecord = Schema.Struct({
   id: Schema.optional(HookId),
-  text: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(maxHookTextLength), Schema.pattern(notBlank, { message: () => "must not be blank" })),
-  platform: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(textLimits.platform)),
+  text: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(maxHookTextLength), Schema.isPattern(notBlank, { message: "must not be blank" })),
+  platform: Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(textLimits.platform)),
   media_type: nullable(Text(textLimits.media_type)),
   thumbnail_url: nullable(Text(textLimits.thumbnail_url)),
   category: nullable(CategorySlug),
@@ -85,21 +84,33 @@ export const HookImportRecord = Schema.Struct({
   metrics: nullable(Schema.Unknown),
   creator: nullable(Schema.Unknown),
   audio: nullable(Schema.Unknown)
-}).annotations({ parseOptions: { onExcessProperty: "error" } })
+})
 type HookImportRecord = typeof HookImportRecord.Type
 
-const decodeImport = Schema.decodeUnknownEither(HookImportRecord, { errors: "first" })
+// A record names only the fields of a hook: an unknown one is refused, not dropped.
+const decodeImport = Schema.decodeUnknownResult(HookImportRecord, { errors: "first", onExcessProperty: "error", reportInput: true })
+
+/** Rules in the words of the import report; filters keep their own `message`. */
+const formatIssue = SchemaIssue.makeFormatterStandardSchemaV1({
+  leafHook: (issue) => {
+    switch (issue._tag) {
+      case "MissingKey":
+        return "is required"
+      case "UnexpectedKey":
+        return "is not a field of a hook"
+      default:
+        return SchemaIssue.defaultLeafHook(issue)
+    }
+  }
+})
 
 /** One readable sentence for the first problem of a record: `field: rule`. */
-const describe = (error: ParseResult.ParseError): string => {
-  const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+const describe = (error: Schema.SchemaError): string => {
+  const issue = formatIssue(error.issue).issues[0]
   if (issue === undefined) return "not a valid hook"
-  const field = issue.path.length === 0 ? "record" : issue.path.map(String).join(".")
-  const rule = issue.message
-    .replace(/^Expected (.*), actual (.*)$/s, "must be $1, got $2")
-    .replace(/^is unexpected, expected: .*$/s, "is not a field of a hook")
-    .replace(/^is missing$/, "is required")
-  return `${field}: ${rule}`
+  const path = (issue.path ?? []).map((segment) => String(typeof segment === "object" ? segment.key : segment))
+  const rule = issue.message.replace(/^Expected (.*), got (.*)$/s, "must be $1, got $2")
+  return `${path.length === 0 ? "record" : path.join(".")}: ${rule}`
 }
 
 /**
@@ -214,24 +225,24 @@ const quickDecode = (value: unknown): HookImportRecord | undefined => {
   return (id === undefined ? record : { id, ...record }) as HookImportRecord
 }
 
-const decodeRecord = (value: unknown): Either.Either<HookImportRecord, string> => {
+const decodeRecord = (value: unknown): Result.Result<HookImportRecord, string> => {
   const quick = quickDecode(value)
-  return quick === undefined ? Either.mapLeft(decodeImport(value), describe) : Either.right(quick)
+  return quick === undefined ? Result.mapError(decodeImport(value), describe) : Result.succeed(quick)
 }
 
 /** Validates one imported value; the id is derived when absent (source_url is then required). */
-export const validateHookRecord = (value: unknown): Either.Either<HookRecord, string> => {
+export const validateHookRecord = (value: unknown): Result.Result<HookRecord, string> => {
   const nulPath = holdsNul(value) ? nulCharacterAt(value, []) : null
   if (nulPath !== null) {
-    return Either.left(`${nulPath.length === 0 ? "record" : nulPath.map(String).join(".")}: must not contain the NUL character (U+0000)`)
+    return Result.fail(`${nulPath.length === 0 ? "record" : nulPath.map(String).join(".")}: must not contain the NUL character (U+0000)`)
   }
-  return Either.flatMap(decodeRecord(value), (record): Either.Either<HookRecord, string> => {
+  return Result.flatMap(decodeRecord(value), (record): Result.Result<HookRecord, string> => {
     const { id, ...fields } = record
-    if (id !== undefined) return Either.right({ id, ...fields })
-    if (fields.source_url === null) return Either.left("id: is required when source_url is null (the id is derived from platform + source_url)")
-    return Either.right({ id: derivedHookId(fields.platform, fields.source_url), ...fields })
+    if (id !== undefined) return Result.succeed({ id, ...fields })
+    if (fields.source_url === null) return Result.fail("id: is required when source_url is null (the id is derived from platform + source_url)")
+    return Result.succeed({ id: derivedHookId(fields.platform, fields.source_url), ...fields })
   })
 }
 
 /** For the agreement test only: the Schema's and the quick path's decoding of one value. */
-export const decodersForTest = { schema: (value: unknown) => Either.getRight(decodeImport(value)), quick: quickDecode }
+export const decodersForTest = { schema: (value: unknown) => Result.getSuccess(decodeImport(value)), quick: quickDecode }

@@ -4,8 +4,8 @@
  * charged; search and list then reserve 2 and settle ceil(rows / 25); get hook charges 1 at once
  * once the hook is found (one statement, no hold).
  */
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
 import { HooklineApi } from "../Api.js"
 import { Secrets } from "../Config.js"
 import { readCursor, signCursor } from "../Cursor.js"
@@ -36,12 +36,12 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
 
     return handlers
       .handle("categories", () => catalog.categories)
-      .handle("search", ({ urlParams }) =>
+      .handle("search", ({ query: params }) =>
         Effect.gen(function*() {
-          const query = normaliseQuery(urlParams.q)
+          const query = normaliseQuery(params.q)
           if (query === "") return yield* new ValidationFailed({ message: "q: must contain a non-blank character" })
           const binding = cursorBinding("search", query)
-          const after = yield* readCursor(cursorSecret, binding, urlParams.cursor, SearchPosition)
+          const after = yield* readCursor(cursorSecret, binding, params.cursor, SearchPosition)
           return yield* metered({
             operation: "search",
             reserve: 2,
@@ -49,30 +49,30 @@ export const HooksHandlers = HttpApiBuilder.group(HooklineApi, "hooks", (handler
             cost: (page) => pageCost(page.data.length)
           }).pipe(Effect.map((page) => respond(binding, page)))
         }))
-      .handle("list", ({ urlParams }) =>
+      .handle("list", ({ query: params }) =>
         Effect.gen(function*() {
-          const binding = cursorBinding("list", urlParams.category)
-          const after = yield* readCursor(cursorSecret, binding, urlParams.cursor, ListPosition)
-          if (!(yield* catalog.categoryExists(urlParams.category))) {
+          const binding = cursorBinding("list", params.category)
+          const after = yield* readCursor(cursorSecret, binding, params.cursor, ListPosition)
+          if (!(yield* catalog.categoryExists(params.category))) {
             return yield* new ValidationFailed({
-              message: `category: unknown slug ${JSON.stringify(urlParams.category)}; GET /v1/hooks/categories lists the valid ones`
+              message: `category: unknown slug ${JSON.stringify(params.category)}; GET /v1/hooks/categories lists the valid ones`
             })
           }
           return yield* metered({
             operation: "list",
             reserve: 2,
-            run: () => catalog.list(urlParams.category, after),
+            run: () => catalog.list(params.category, after),
             cost: (page) => pageCost(page.data.length)
           }).pipe(Effect.map((page) => respond(binding, page)))
         }))
-      .handle("get", ({ path }) =>
+      .handle("get", ({ params }) =>
         Effect.gen(function*() {
-          const notFound = new NotFound({ message: `No hook ${JSON.stringify(path.id)}.` })
-          if (!hookId.test(path.id)) return yield* notFound
-          const hook = yield* catalog.hook(path.id)
+          const notFound = new NotFound({ message: `No hook ${JSON.stringify(params.id)}.` })
+          if (!hookId.test(params.id)) return yield* notFound
+          const hook = yield* catalog.hook(params.id)
           if (Option.isNone(hook)) return yield* notFound
           // The hook is found before anything is taken: an unknown id costs nothing.
-          yield* chargedAtOnce({ operation: "hook", amount: 1, referenceId: path.id })
+          yield* chargedAtOnce({ operation: "hook", amount: 1, referenceId: params.id })
           return hook.value
         }))
   })

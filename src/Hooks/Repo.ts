@@ -1,33 +1,32 @@
 /**
  * Every statement the catalog service runs on the catalog tables (`hooks`, `hook_search`,
  * `categories`, `catalog_state`), by what it reads or writes. The statement texts live in
- * CatalogSql.ts, shared with the benchmark's bare baseline; this room runs them, decodes their
- * rows and makes database and decoding failures defects. Reads go through StatementRunner (no
- * per-statement Scope or span outside a sampled trace); page queries carry SEARCH_TIMEOUT as a
+ * CatalogSql.ts, shared with the benchmark's bare baseline; this room runs them through
+ * SqlClient (the driver prepares and caches each statement per connection), decodes their rows
+ * and makes database and decoding failures defects. Page queries carry SEARCH_TIMEOUT as a
  * deadline that cancels them on the server.
  */
-import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Option, type ParseResult, Schema } from "effect"
+import { Array as Arr, Context, Duration, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import { ServiceUnavailable } from "../Errors.js"
 import { orDieOnDb } from "../Sql.js"
-import { prepared, StatementRunner } from "../StatementRunner.js"
 import { HookCategory, HookLean } from "./Api.js"
 import {
   catalogVersionSql,
   categoryExistsSql,
   hasSearchableWordSql,
+  hookColumnParams,
   hookSql,
   listPageSql,
   searchPageSql,
   substringPageSql,
-  upsertHooksParams,
   upsertHooksSql
 } from "./CatalogSql.js"
 import { CatalogConfig } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
 
 /** A HookLean as the database returns it: published_at is a Date there, not an ISO string. */
-export const LeanRow = Schema.Struct({ ...HookLean.fields, published_at: Schema.NullOr(Schema.DateFromSelf) })
+export const LeanRow = Schema.Struct({ ...HookLean.fields, published_at: Schema.NullOr(Schema.Date) })
 export type LeanRow = typeof LeanRow.Type
 
 /** A search page row: the lean hook and its position keys (rank, sort_ms). */
@@ -68,18 +67,19 @@ export interface ListPageRequest {
   readonly rows: number
 }
 
-type RowsDecoder<A> = (rows: ReadonlyArray<unknown>) => Effect.Effect<ReadonlyArray<A>, ParseResult.ParseError>
+type RowsDecoder<A> = (rows: ReadonlyArray<unknown>) => Effect.Effect<ReadonlyArray<A>, Schema.SchemaError>
 /** Decoders built once (building a schema per query would cost more than the decoding). */
-const rowsOf = <A, I>(schema: Schema.Schema<A, I>): RowsDecoder<A> => Schema.decodeUnknown(Schema.Array(schema))
+const rowsOf = <S extends Schema.Decoder<unknown>>(schema: S): RowsDecoder<S["Type"]> =>
+  Schema.decodeUnknownEffect(Schema.Array(schema))
 /**
  * Page rows skip schema decoding: their columns and types are fixed by searchPageSql and
- * listPageSql (text, float8, timestamptz → Date, int8 → number), and decoding 51 rows per
- * request cost more CPU than the rest of the page's work. The decoder still checks the shape
- * of the first row, so a schema drift fails loudly instead of answering wrong data.
+ * listPageSql (text, float4/float8 → number, timestamptz → Date, int8 → number: Sql.ts registers it), and
+ * decoding 51 rows per request cost more CPU than the rest of the page's work. The decoder still
+ * checks the shape of the first row, so a schema drift fails loudly instead of answering wrong data.
  */
-const pageRows = <A extends { readonly id: string }, I>(schema: Schema.Schema<A, I>): RowsDecoder<A> => {
-  const checkOne = Schema.decodeUnknown(schema)
-  return (rows) => (rows.length === 0 ? Effect.succeed([]) : Effect.as(checkOne(rows[0]), rows as ReadonlyArray<A>))
+const pageRows = <S extends Schema.Decoder<{ readonly id: string }>>(schema: S): RowsDecoder<S["Type"]> => {
+  const checkOne = Schema.decodeUnknownEffect(schema)
+  return (rows) => (rows.length === 0 ? Effect.succeed([]) : Effect.as(checkOne(rows[0]), rows as ReadonlyArray<S["Type"]>))
 }
 const decodeSearchRows = pageRows(SearchRow)
 const decodeListRows = pageRows(ListRow)
@@ -90,76 +90,91 @@ const decodeSearchable = rowsOf(Schema.Struct({ searchable: Schema.Boolean }))
 const decodeVersion = rowsOf(Schema.Struct({ version: Schema.Number }))
 const decodeInserted = rowsOf(Schema.Struct({ inserted: Schema.Boolean }))
 
-export class CatalogRepo extends Effect.Service<CatalogRepo>()("hookline/CatalogRepo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const run = yield* StatementRunner
-    const { searchTimeout } = yield* CatalogConfig
+/** How many of an upsert's rows were new, and how many updated. */
+const countWritten = (rows: ReadonlyArray<{ readonly inserted: boolean }>) => {
+  const inserted = rows.filter((row) => row.inserted).length
+  return { inserted, updated: rows.length - inserted }
+}
 
-    /** A statement whose plan does not depend on its parameters (lookups, the batch upsert): prepared once per connection. */
-    const read = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
-      run(prepared(sql.unsafe(text, params as Array<unknown>))).pipe(Effect.flatMap(decode), orDieOnDb)
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const { searchTimeout } = yield* CatalogConfig
 
-    /** A page under SEARCH_TIMEOUT: past it the query is cancelled and the caller gets a 503. */
-    const readPage = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>, what: string, advice: string) =>
-      run(sql.unsafe(text, params as Array<unknown>), {
+  /** A statement whose plan does not depend on its parameters (lookups, the batch upsert): the driver prepares it once per connection. */
+  const read = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
+    sql.unsafe(text, params).pipe(Effect.flatMap(decode), orDieOnDb)
+
+  /**
+   * A page under SEARCH_TIMEOUT. Past it the statement is interrupted, which makes the driver
+   * cancel the query on the server and wait for it to stop; only then is the caller answered 503.
+   * Pages are not prepared: their best plan depends on the parameters (a rare word or a common
+   * one, a small category or a large one), which a cached generic plan would ignore.
+   */
+  const readPage = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>, what: string, advice: string) =>
+    sql.unsafe(text, params).unprepared.pipe(
+      Effect.timeoutOrElse({
         duration: searchTimeout,
-        onTimeout: () => new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(searchTimeout)}; ${advice}` })
-      }).pipe(Effect.flatMap(decode), orDieOnDb)
+        orElse: () =>
+          Effect.fail(new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(searchTimeout)}; ${advice}` }))
+      }),
+      Effect.flatMap(decode),
+      orDieOnDb
+    )
 
-    const categories = read(decodeCategories, "SELECT slug, name FROM categories ORDER BY name, slug", [])
+  const categories = read(decodeCategories, "SELECT slug, name FROM categories ORDER BY name, slug", [])
 
-    /** Replaces the category list in one transaction (hooks keep their category slug even when it is removed). */
-    const replaceCategories = (input: ReadonlyArray<HookCategory>) =>
-      Effect.gen(function*() {
-        yield* sql`DELETE FROM categories`
-        const unique = [...new Map(input.map((c) => [c.slug, { slug: c.slug, name: c.name }])).values()]
-        if (unique.length > 0) yield* sql`INSERT INTO categories ${sql.insert(unique)}`
-      }).pipe(sql.withTransaction, orDieOnDb)
+  /** Replaces the category list in one transaction (hooks keep their category slug even when it is removed). */
+  const replaceCategories = (input: ReadonlyArray<HookCategory>) =>
+    Effect.gen(function*() {
+      yield* sql`DELETE FROM categories`
+      const unique = [...new Map(input.map((c) => [c.slug, { slug: c.slug, name: c.name }])).values()]
+      if (Arr.isArrayNonEmpty(unique)) yield* sql`INSERT INTO categories ${sql.insert(unique)}`
+    }).pipe(sql.withTransaction, orDieOnDb)
 
-    const categoryExists = (slug: string) => Effect.map(read(decodeFound, categoryExistsSql, [slug]), (rows) => rows[0]?.found === true)
+  const categoryExists = (slug: string) => Effect.map(read(decodeFound, categoryExistsSql, [slug]), (rows) => rows[0]?.found === true)
 
-    /** Bumped by every write to the catalog: cached pages of an older version are stale. */
-    const catalogVersion = Effect.map(read(decodeVersion, catalogVersionSql, []), (rows) => rows[0]?.version ?? 0)
+  /** Bumped by every write to the catalog: cached pages of an older version are stale. */
+  const catalogVersion = Effect.map(read(decodeVersion, catalogVersionSql, []), (rows) => rows[0]?.version ?? 0)
 
-    /** Whether Postgres's English parser finds a word to search for in `query` (else the substring fallback runs). */
-    const hasSearchableWord = (query: string) =>
-      Effect.map(read(decodeSearchable, hasSearchableWordSql, [query]), (rows) => rows[0]?.searchable === true)
+  /** Whether Postgres's English parser finds a word to search for in `query` (else the substring fallback runs). */
+  const hasSearchableWord = (query: string) =>
+    Effect.map(read(decodeSearchable, hasSearchableWordSql, [query]), (rows) => rows[0]?.searchable === true)
 
-    /** Ranked full-text matches, in rank order (hook_search_page). */
-    const searchPage = ({ after: [k1, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
-      readPage(decodeSearchRows, searchPageSql, [query, k1, k2, id, rows, walkWindow], "search", "try more specific words.")
+  /** Ranked full-text matches, in rank order (hook_search_page). */
+  const searchPage = ({ after: [k1, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
+    readPage(decodeSearchRows, searchPageSql, [query, k1, k2, id, rows, walkWindow], "search", "try more specific words.")
 
-    /** Substring matches for a query with no searchable word, bounded by the trigram index (hook_substring_page). */
-    const substringPage = ({ after: [, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
-      readPage(decodeSearchRows, substringPageSql, [query, k2, id, rows, walkWindow], "search", "try more specific words.")
+  /** Substring matches for a query with no searchable word, bounded by the trigram index (hook_substring_page). */
+  const substringPage = ({ after: [, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
+    readPage(decodeSearchRows, substringPageSql, [query, k2, id, rows, walkWindow], "search", "try more specific words.")
 
-    /** A category's hooks, newest first. */
-    const listPage = ({ after: [k2, id], category, rows }: ListPageRequest) =>
-      readPage(decodeListRows, listPageSql, [category, k2, id, rows], "list", "retry in a moment.")
+  /** A category's hooks, newest first. */
+  const listPage = ({ after: [k2, id], category, rows }: ListPageRequest) =>
+    readPage(decodeListRows, listPageSql, [category, k2, id, rows], "list", "retry in a moment.")
 
-    const findHook = (id: string) => Effect.map(read(decodeRichRows, hookSql, [id]), (rows) => Option.fromNullable(rows[0]))
+  const findHook = (id: string) => Effect.map(read(decodeRichRows, hookSql, [id]), (rows) => Option.fromNullishOr(rows[0]))
 
-    /** Inserts or updates hooks in one statement (a batch must not repeat an id); counts both. */
-    const upsertHooks = (records: ReadonlyArray<HookRecord>) =>
-      records.length === 0
-        ? Effect.succeed({ inserted: 0, updated: 0 })
-        : Effect.map(read(decodeInserted, upsertHooksSql, upsertHooksParams(records)), (rows) => {
-          const inserted = rows.filter((row) => row.inserted).length
-          return { inserted, updated: rows.length - inserted }
-        })
+  /** Inserts or updates hooks in one statement (a batch must not repeat an id); counts both. */
+  const upsertHooks = (records: ReadonlyArray<HookRecord>) =>
+    records.length === 0
+      ? Effect.succeed({ inserted: 0, updated: 0 })
+      : Effect.map(Effect.suspend(() => read(decodeInserted, upsertHooksSql, hookColumnParams(records))), countWritten)
 
-    return {
-      categories,
-      replaceCategories,
-      categoryExists,
-      catalogVersion,
-      hasSearchableWord,
-      searchPage,
-      substringPage,
-      listPage,
-      findHook,
-      upsertHooks
-    } as const
-  })
-}) {}
+  return {
+    categories,
+    replaceCategories,
+    categoryExists,
+    catalogVersion,
+    hasSearchableWord,
+    searchPage,
+    substringPage,
+    listPage,
+    findHook,
+    upsertHooks
+  } as const
+})
+
+export class CatalogRepo extends Context.Service<CatalogRepo, Effect.Success<typeof make>>()("hookline/CatalogRepo") {
+  /** Needs SqlClient and the catalog's configuration from outside. */
+  static readonly layer = Layer.effect(CatalogRepo, make)
+}

@@ -33,10 +33,10 @@ export const acceptsIdempotencyKey = (spec: Record<string, unknown>): Record<str
       schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[\\x20-\\x7E]+$" }
     }
   ]
-  const ok = Predicate.isRecord(spec.responses) ? spec.responses["200"] : undefined
-  if (Predicate.isRecord(ok)) {
+  const ok = Predicate.isObject(spec.responses) ? spec.responses["200"] : undefined
+  if (Predicate.isObject(ok)) {
     ok.headers = {
-      ...(Predicate.isRecord(ok.headers) ? ok.headers : {}),
+      ...(Predicate.isObject(ok.headers) ? ok.headers : {}),
       "Idempotent-Replayed": {
         description: "`true` when this answer is the stored answer to an earlier request with the same Idempotency-Key.",
         schema: { type: "string", enum: ["true"] }

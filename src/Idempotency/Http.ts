@@ -21,30 +21,49 @@
  *   `Original-Request-Id`; one arriving while the first runs waits for it.
  *
  * The answer is encoded here with the route's success schema (exactly as the framework would)
- * so that the stored bytes and the first response are the same bytes. Pre-response handlers the
- * effect appends must only set headers: they are applied once to capture those headers and once
- * to the real response.
+ * so that the stored bytes and the first response are the same bytes. The headers stored with it
+ * are those the effect adds with `addAnswerHeaders` (Headers.ts); any other header it appends
+ * (a Retry-After on an error) reaches this response only.
  */
-import {
-  HttpApiSchema,
-  HttpApp,
-  HttpRouter,
-  HttpServerRequest,
-  HttpServerResponse
-} from "@effect/platform"
-import { Duration, Effect, Exit, Fiber, FiberRef, Option, Schema } from "effect"
+import { Duration, Effect, Exit, Fiber, Option, Schema, SchemaAST } from "effect"
+import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { routeKey, routeTable } from "../ApiRoutes.js"
 import { CurrentCaller } from "../Auth/Api.js"
 import { bearerToken } from "../Auth/Bearer.js"
 import { RequestId, ValidationFailed } from "../Errors.js"
 import { sha256Hex } from "../Ids.js"
 import { idempotencyKeyPattern, idempotencyKeyRule } from "./Api.js"
+import { AnswerHeaders } from "./Headers.js"
 import { Idempotency, type KeyRequest, type StoredAnswer } from "./Idempotency.js"
 
-/** Every endpoint's success schema, keyed by the route the router matched. */
-const successSchemas: ReadonlyMap<string, Schema.Schema<unknown, unknown>> = routeTable((endpoint) =>
-  Option.some(endpoint.successSchema as Schema.Schema<unknown, unknown>)
-)
+/**
+ * Every endpoint's success schema (its JSON codec), keyed by the route the router matched; built
+ * on first use, once every module of the API is loaded. Hookline's success schemas need no
+ * services to encode.
+ */
+let successSchemas: ReadonlyMap<string, Schema.Codec<unknown, unknown>> | undefined
+const successSchemaOf = (method: string, path: string) => {
+  successSchemas ??= routeTable((endpoint) =>
+    // A cast: the endpoint types its schemas as Schema.Top, whose encoding services are unknown.
+    Option.map(Option.fromIterable(endpoint.success), (schema) => schema as Schema.Codec<unknown, unknown>)
+  )
+  return successSchemas.get(routeKey(method, path))
+}
+
+/**
+ * The status and media type the framework answers with for a success schema: HttpApiSchema's
+ * status and encoding annotations (read by key: HttpApiSchema has no public getter), else 200 JSON.
+ */
+const statusAnnotation = SchemaAST.resolveAt<unknown>("httpApiStatus")
+const encodingAnnotation = SchemaAST.resolveAt<{ readonly contentType?: unknown }>("~httpApiEncoding")
+const responseOf = (success: Schema.Codec<unknown, unknown>) => {
+  const status = statusAnnotation(success.ast) ?? Schema.resolveAnnotationsKey(success)?.["httpApiStatus"]
+  const contentType = encodingAnnotation(success.ast)?.contentType
+  return {
+    status: typeof status === "number" ? status : 200,
+    contentType: typeof contentType === "string" ? contentType : "application/json"
+  }
+}
 
 /** JSON with object keys sorted at every level, so equal parameters give equal text. */
 const canonicalJson = (value: unknown): string =>
@@ -96,10 +115,10 @@ export const idempotent = <A, E, R>(
       return yield* new ValidationFailed({ message: `Idempotency-Key: ${idempotencyKeyRule}.` })
     }
     const scope = yield* scopeOf(request)
-    if (Option.isNone(scope)) return yield* Effect.dieMessage(`idempotent() used on an unauthenticated route ${request.url}`)
+    if (Option.isNone(scope)) return yield* Effect.die(new Error(`idempotent() used on an unauthenticated route ${request.url}`))
     const route = yield* HttpRouter.RouteContext
-    const success = successSchemas.get(routeKey(route.route.method, route.route.path))
-    if (success === undefined) return yield* Effect.dieMessage(`No endpoint for ${route.route.method} ${route.route.path}`)
+    const success = successSchemaOf(route.route.method, route.route.path)
+    if (success === undefined) return yield* Effect.die(new Error(`No endpoint for ${route.route.method} ${route.route.path}`))
     const store = yield* Idempotency
     const keyRequest: KeyRequest = {
       scope: scope.value,
@@ -132,55 +151,50 @@ export const idempotent = <A, E, R>(
  * It runs in a fiber of its own: a client that hangs up mid-way does not stop it, so whatever it
  * committed is answered to the client's retry. A run stopped by a server shutdown keeps its claim
  * (what it committed is unknown); the claim is taken over after the lock timeout, as after a crash.
+ * The fiber shares the request's pre-response handlers, so the headers the effect adds reach
+ * this response directly.
  */
 const runAsOwner = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
-  success: Schema.Schema<unknown, unknown>,
+  success: Schema.Codec<unknown, unknown>,
   keyRequest: KeyRequest,
   owner: string
 ) =>
   Effect.gen(function*() {
     const store = yield* Idempotency
-    const request = yield* HttpServerRequest.HttpServerRequest
     const release = store.release(keyRequest.scope, keyRequest.key, owner)
+    const encode = Schema.encodeUnknownEffect(success)
 
-    const attempt = Effect.gen(function*() {
+    const attempt: Effect.Effect<Exit.Exit<A | HttpServerResponse.HttpServerResponse, E>, never, R | Idempotency> = Effect.gen(function*() {
       const heartbeat = yield* store.heartbeat(keyRequest.scope, keyRequest.key, owner).pipe(
-        Effect.delay(Duration.unsafeDivide(store.config.lockTimeout, 3)),
+        Effect.delay(Duration.divideUnsafe(store.config.lockTimeout, 3)),
         Effect.forever,
-        Effect.fork
+        Effect.forkChild
       )
-      // The effect runs with an empty pre-response chain, so what it appends is its own headers.
-      const [exit, ownHandlers] = yield* Effect.exit(effect).pipe(
-        Effect.zip(FiberRef.get(HttpApp.currentPreResponseHandlers)),
-        Effect.locally(HttpApp.currentPreResponseHandlers, Option.none()),
+      const headers: Record<string, string> = {}
+      const exit = yield* Effect.exit(effect).pipe(
+        Effect.provideService(AnswerHeaders, headers),
         Effect.ensuring(Fiber.interrupt(heartbeat))
       )
       if (Exit.isFailure(exit)) {
-        if (!Exit.isInterrupted(exit)) yield* release
-        return { exit, ownHandlers }
+        if (!Exit.hasInterrupts(exit)) yield* release
+        return exit
       }
-      const encoded = yield* Schema.encode(success)(exit.value).pipe(Effect.orDie)
-      const headers = Option.isNone(ownHandlers)
-        ? {}
-        : (yield* ownHandlers.value(request, HttpServerResponse.empty()).pipe(Effect.orDie)).headers
+      const encoded = yield* Effect.orDie(encode(exit.value))
       const answer: StoredAnswer = {
-        status: HttpApiSchema.getStatusSuccess(success),
-        contentType: HttpApiSchema.getEncoding(success.ast).contentType,
-        headers: { ...headers },
+        ...responseOf(success),
+        headers,
         body: JSON.stringify(encoded),
         requestId: keyRequest.requestId
       }
       const stored = yield* store.complete(keyRequest.scope, keyRequest.key, owner, answer)
       if (!stored) yield* Effect.logWarning("an idempotency key was taken over before its answer was stored")
-      const response = HttpServerResponse.text(answer.body, { status: answer.status, contentType: answer.contentType })
-      return { exit: Exit.succeed(response), ownHandlers }
+      return Exit.succeed(HttpServerResponse.text(answer.body, { status: answer.status, contentType: answer.contentType }))
     }).pipe(
       // A defect while encoding or storing: free the key, nothing was stored.
-      Effect.onExit((exit) => (Exit.isFailure(exit) && !Exit.isInterrupted(exit) ? Effect.ignore(release) : Effect.void))
+      Effect.onExit((exit) => (Exit.isFailure(exit) && !Exit.hasInterrupts(exit) ? Effect.ignore(release) : Effect.void))
     )
 
-    const outcome = yield* Fiber.join(yield* Effect.forkDaemon(attempt))
-    if (Option.isSome(outcome.ownHandlers)) yield* HttpApp.appendPreResponseHandler(outcome.ownHandlers.value)
-    return yield* outcome.exit
+    const outcome = yield* Fiber.join(yield* Effect.forkDetach(attempt))
+    return yield* outcome
   })

@@ -13,7 +13,7 @@
  * Answer bodies can hold secrets shown once (an API key, a webhook secret), so they are sealed
  * at rest (Crypto.ts) under the server's WEBHOOK_SECRET_KEY.
  */
-import { Config, Duration, Effect, Either, Layer, Option, Redacted, Schedule } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Redacted, Result, Schedule } from "effect"
 import { Secrets } from "../Config.js"
 import { makeSealer } from "../Crypto.js"
 import { randomToken } from "../Ids.js"
@@ -21,12 +21,12 @@ import { IdempotencyRepo } from "./Repo.js"
 
 export const IdempotencyConfig = Config.all({
   /** How long a key's answer is replayed. */
-  keyTtl: Config.duration("IDEMPOTENCY_KEY_TTL").pipe(Config.withDefault(Duration.hours(24))),
+  keyTtl: Config.Duration("IDEMPOTENCY_KEY_TTL").pipe(Config.withDefault(Duration.hours(24))),
   /** A claim not heart-beaten for this long belongs to a dead process and may be taken over. */
-  lockTimeout: Config.duration("IDEMPOTENCY_LOCK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
+  lockTimeout: Config.Duration("IDEMPOTENCY_LOCK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
   /** How often a repeat waiting for the first request looks again. */
-  pollInterval: Config.duration("IDEMPOTENCY_POLL_INTERVAL").pipe(Config.withDefault(Duration.millis(25))),
-  sweepInterval: Config.duration("IDEMPOTENCY_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.minutes(10)))
+  pollInterval: Config.Duration("IDEMPOTENCY_POLL_INTERVAL").pipe(Config.withDefault(Duration.millis(25))),
+  sweepInterval: Config.Duration("IDEMPOTENCY_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.minutes(10)))
 })
 
 /** What a repeat is answered with. */
@@ -55,82 +55,86 @@ export type Claim =
   | { readonly _tag: "InProgress" }
   | { readonly _tag: "Mismatch"; readonly method: string; readonly path: string }
 
-export class Idempotency extends Effect.Service<Idempotency>()("hookline/Idempotency", {
-  effect: Effect.gen(function*() {
-    const repo = yield* IdempotencyRepo
-    const config = yield* IdempotencyConfig
-    const secrets = yield* Secrets
-    // Bound to the key's scope and name, so a sealed body copied to another row does not open.
-    const sealer = makeSealer(Redacted.value(secrets.webhookSecretKey), "idempotent-answer-v1")
-    const ttl = Duration.toSeconds(config.keyTtl)
-    const lock = Duration.toSeconds(config.lockTimeout)
-    const bindingOf = (scope: string, key: string) => `${scope}\n${key}`
+const make = Effect.gen(function*() {
+  const repo = yield* IdempotencyRepo
+  const config = yield* IdempotencyConfig
+  const secrets = yield* Secrets
+  // Bound to the key's scope and name, so a sealed body copied to another row does not open.
+  const sealer = makeSealer(Redacted.value(secrets.webhookSecretKey), "idempotent-answer-v1")
+  const ttl = Duration.toSeconds(config.keyTtl)
+  const lock = Duration.toSeconds(config.lockTimeout)
+  const bindingOf = (scope: string, key: string) => `${scope}\n${key}`
 
-    /** One attempt to claim `request.key`; otherwise what the row holds now. */
-    const claim = (request: KeyRequest) =>
-      Effect.gen(function*() {
-        const owner = randomToken(12)
-        const claimed = yield* repo.claimKey({ ...request, owner, ttlSeconds: ttl, lockSeconds: lock })
-        if (Option.isSome(claimed)) return { _tag: "Claimed", owner } satisfies Claim
-        const found = yield* repo.findLiveKey(request.scope, request.key)
-        // Released or expired between the two statements: look again at once.
-        if (Option.isNone(found)) return { _tag: "InProgress" } satisfies Claim
-        const row = found.value
-        if (row.fingerprint !== request.fingerprint) {
-          return { _tag: "Mismatch", method: row.method, path: row.path } satisfies Claim
+  /** One attempt to claim `request.key`; otherwise what the row holds now. */
+  const claim = (request: KeyRequest) =>
+    Effect.gen(function*() {
+      const owner = randomToken(12)
+      const claimed = yield* repo.claimKey({ ...request, owner, ttlSeconds: ttl, lockSeconds: lock })
+      if (Option.isSome(claimed)) return { _tag: "Claimed", owner } satisfies Claim
+      const found = yield* repo.findLiveKey(request.scope, request.key)
+      // Released or expired between the two statements: look again at once.
+      if (Option.isNone(found)) return { _tag: "InProgress" } satisfies Claim
+      const row = found.value
+      if (row.fingerprint !== request.fingerprint) {
+        return { _tag: "Mismatch", method: row.method, path: row.path } satisfies Claim
+      }
+      if (row.status === "in_progress" || row.response_status === null || row.response_body === null) {
+        return { _tag: "InProgress" } satisfies Claim
+      }
+      const opened = sealer.open(row.response_body, bindingOf(request.scope, request.key))
+      if (Result.isFailure(opened)) {
+        return yield* Effect.die(new Error("A stored idempotent answer does not open with this server's WEBHOOK_SECRET_KEY"))
+      }
+      const { "content-type": contentType, ...headers } = row.response_headers ?? {}
+      return {
+        _tag: "Completed",
+        answer: {
+          status: row.response_status,
+          contentType: contentType ?? "application/json",
+          headers,
+          body: opened.success,
+          requestId: row.request_id
         }
-        if (row.status === "in_progress" || row.response_status === null || row.response_body === null) {
-          return { _tag: "InProgress" } satisfies Claim
-        }
-        const opened = sealer.open(row.response_body, bindingOf(request.scope, request.key))
-        if (Either.isLeft(opened)) {
-          return yield* Effect.dieMessage("A stored idempotent answer does not open with this server's WEBHOOK_SECRET_KEY")
-        }
-        const { "content-type": contentType, ...headers } = row.response_headers ?? {}
-        return {
-          _tag: "Completed",
-          answer: {
-            status: row.response_status,
-            contentType: contentType ?? "application/json",
-            headers,
-            body: opened.right,
-            requestId: row.request_id
-          }
-        } satisfies Claim
-      })
+      } satisfies Claim
+    })
 
-    /** Keeps `owner`'s claim alive. */
-    const heartbeat = (scope: string, key: string, owner: string) => repo.touchClaim(scope, key, owner)
+  /** Keeps `owner`'s claim alive. */
+  const heartbeat = (scope: string, key: string, owner: string) => repo.touchClaim(scope, key, owner)
 
-    /** Stores the answer; false when the claim was lost (taken over after a stall). */
-    const complete = (scope: string, key: string, owner: string, answer: StoredAnswer) =>
-      repo.completeKey({
-        scope,
-        key,
-        owner,
-        status: answer.status,
-        headers: { ...answer.headers, "content-type": answer.contentType },
-        sealedBody: sealer.seal(answer.body, bindingOf(scope, key))
-      }).pipe(Effect.map(Option.isSome))
+  /** Stores the answer; false when the claim was lost (taken over after a stall). */
+  const complete = (scope: string, key: string, owner: string, answer: StoredAnswer) =>
+    repo.completeKey({
+      scope,
+      key,
+      owner,
+      status: answer.status,
+      headers: { ...answer.headers, "content-type": answer.contentType },
+      sealedBody: sealer.seal(answer.body, bindingOf(scope, key))
+    }).pipe(Effect.map(Option.isSome))
 
-    /** Frees the key after a failed attempt, so a retry runs the request again. */
-    const release = (scope: string, key: string, owner: string) => repo.releaseKey(scope, key, owner)
+  /** Frees the key after a failed attempt, so a retry runs the request again. */
+  const release = (scope: string, key: string, owner: string) => repo.releaseKey(scope, key, owner)
 
-    /** Deletes expired keys in batches; returns how many. */
-    const sweepExpired = repo.sweepExpired(lock)
+  /** Deletes expired keys in batches; returns how many. */
+  const sweepExpired = repo.sweepExpired(lock)
 
-    return { config, claim, heartbeat, complete, release, sweepExpired } as const
-  }),
-  dependencies: [IdempotencyRepo.Default, Secrets.Live]
-}) {}
+  return { config, claim, heartbeat, complete, release, sweepExpired } as const
+})
+
+export class Idempotency extends Context.Service<Idempotency, Effect.Success<typeof make>>()("hookline/Idempotency") {
+  static readonly layer = Layer.effect(Idempotency, make).pipe(
+    Layer.provide(IdempotencyRepo.layer),
+    Layer.provide(Secrets.layer)
+  )
+}
 
 /** The background fiber deleting expired keys. */
-export const IdempotencySweeperLive = Layer.scopedDiscard(
+export const IdempotencySweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const store = yield* Idempotency
     const sweep = store.sweepExpired.pipe(
       Effect.tap((deleted) => deleted > 0 ? Effect.logDebug("swept idempotency keys").pipe(Effect.annotateLogs({ deleted })) : Effect.void),
-      Effect.catchAllCause((cause) => Effect.logError("idempotency key sweep failed", cause)),
+      Effect.catchCause((cause) => Effect.logError("idempotency key sweep failed", cause)),
       Effect.withSpan("Idempotency.sweep")
     )
     yield* sweep.pipe(Effect.repeat(Schedule.spaced(store.config.sweepInterval)), Effect.forkScoped)

@@ -3,8 +3,8 @@
  * keep alive, complete, release, sweep. Times are the database's (`now()`), so server processes
  * with skewed clocks agree on expiry and stalled claims. Database and decoding failures are defects.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { commitWithoutFlush } from "../Sql.js"
 
@@ -13,10 +13,10 @@ export const KeyRow = Schema.Struct({
   fingerprint: Schema.String,
   method: Schema.String,
   path: Schema.String,
-  status: Schema.Literal("in_progress", "completed"),
+  status: Schema.Literals(["in_progress", "completed"]),
   request_id: Schema.NullOr(Schema.String),
   response_status: Schema.NullOr(Schema.Number),
-  response_headers: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
+  response_headers: Schema.NullOr(Schema.Record(Schema.String, Schema.String)),
   response_body: Schema.NullOr(Schema.String)
 })
 export type KeyRow = typeof KeyRow.Type
@@ -39,7 +39,7 @@ const Completion = Schema.Struct({
   ...OwnedKey.fields,
   status: Schema.Number,
   /** Response headers as stored (content-type included), and the sealed body. */
-  headers: Schema.Record({ key: Schema.String, value: Schema.String }),
+  headers: Schema.Record(Schema.String, Schema.String),
   sealedBody: Schema.String
 })
 export type Completion = typeof Completion.Type
@@ -54,7 +54,7 @@ const sweepBatch = 1000
  * the log past the claim, and a claim lost with a database crash before that guarded nothing.
  */
 const claimKey = (sql: SqlClient.SqlClient) =>
-  SqlSchema.findOne({
+  SqlSchema.findOneOption({
     Request: ClaimRequest,
     Result: Schema.Struct({ owner: Schema.String }),
     execute: (claim) =>
@@ -77,7 +77,7 @@ const claimKey = (sql: SqlClient.SqlClient) =>
 
 /** The unexpired row of a key. */
 const findLiveKey = (sql: SqlClient.SqlClient) =>
-  SqlSchema.findOne({
+  SqlSchema.findOneOption({
     Request: KeyId,
     Result: KeyRow,
     execute: ({ key, scope }) =>
@@ -98,7 +98,7 @@ const touchClaim = (sql: SqlClient.SqlClient) =>
 
 /** Stores the answer; None when the claim was lost (taken over after a stall). */
 const completeKey = (sql: SqlClient.SqlClient) =>
-  SqlSchema.findOne({
+  SqlSchema.findOneOption({
     Request: Completion,
     Result: Schema.Struct({ key: Schema.String }),
     execute: (done) =>
@@ -121,7 +121,7 @@ const releaseKey = (sql: SqlClient.SqlClient) =>
 
 /** Deletes up to `sweepBatch` expired keys (stalled claims past the lock timeout too); how many. */
 const deleteExpiredBatch = (sql: SqlClient.SqlClient) =>
-  SqlSchema.single({
+  SqlSchema.findOne({
     Request: Schema.Number,
     Result: Schema.Struct({ n: Schema.Number }),
     execute: (lockSeconds) =>
@@ -138,34 +138,35 @@ const deleteExpiredBatch = (sql: SqlClient.SqlClient) =>
         SELECT count(*)::int AS n FROM gone`
   })
 
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
 
-export class IdempotencyRepo extends Effect.Service<IdempotencyRepo>()("hookline/IdempotencyRepo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+  const claim = claimKey(sql)
+  const find = findLiveKey(sql)
+  const touch = touchClaim(sql)
+  const complete = completeKey(sql)
+  const release = releaseKey(sql)
+  const deleteExpired = deleteExpiredBatch(sql)
 
-    const claim = claimKey(sql)
-    const find = findLiveKey(sql)
-    const touch = touchClaim(sql)
-    const complete = completeKey(sql)
-    const release = releaseKey(sql)
-    const deleteExpired = deleteExpiredBatch(sql)
-
-    return atRepoBoundary("IdempotencyRepo", {
-      claimKey: claim,
-      findLiveKey: (scope: string, key: string) => find({ scope, key }),
-      touchClaim: (scope: string, key: string, owner: string) => touch({ scope, key, owner }),
-      completeKey: complete,
-      releaseKey: (scope: string, key: string, owner: string) => release({ scope, key, owner }),
-      /** Deletes expired keys batch by batch; how many in all. */
-      sweepExpired: (lockSeconds: number) =>
-        Effect.gen(function*() {
-          let deleted = 0
-          while (true) {
-            const { n } = yield* deleteExpired(lockSeconds)
-            deleted += n
-            if (n < sweepBatch) return deleted
-          }
-        })
-    })
+  return atRepoBoundary("IdempotencyRepo", {
+    claimKey: claim,
+    findLiveKey: (scope: string, key: string) => find({ scope, key }),
+    touchClaim: (scope: string, key: string, owner: string) => touch({ scope, key, owner }),
+    completeKey: complete,
+    releaseKey: (scope: string, key: string, owner: string) => release({ scope, key, owner }),
+    /** Deletes expired keys batch by batch; how many in all. */
+    sweepExpired: (lockSeconds: number) =>
+      Effect.gen(function*() {
+        let deleted = 0
+        while (true) {
+          const { n } = yield* deleteExpired(lockSeconds)
+          deleted += n
+          if (n < sweepBatch) return deleted
+        }
+      })
   })
-}) {}
+})
+
+export class IdempotencyRepo extends Context.Service<IdempotencyRepo, Effect.Success<typeof make>>()("hookline/IdempotencyRepo") {
+  static readonly layer = Layer.effect(IdempotencyRepo, make)
+}

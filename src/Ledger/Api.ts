@@ -1,6 +1,6 @@
 /** The wallet contract (spec 2.2, 4.2) and the credit history. */
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
-import { Schema } from "effect"
+import { Schema, SchemaTransformation } from "effect"
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
 import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
@@ -14,7 +14,7 @@ export const Wallet = Schema.Struct({
   monthly_balance: Schema.Int,
   monthly_period_end: Schema.NullOr(Timestamp),
   topup_balance: Schema.Int
-}).annotations({ identifier: "Wallet" })
+}).annotate({ identifier: "Wallet" })
 export type Wallet = typeof Wallet.Type
 
 /** The wallet as the contract shows it. */
@@ -25,10 +25,10 @@ export const walletOf = (state: WalletState): Wallet => ({
   topup_balance: state.topup
 })
 
-export const TransactionType = Schema.Literal("grant", "charge", "refund", "expiry")
+export const TransactionType = Schema.Literals(["grant", "charge", "refund", "expiry"])
 export type TransactionType = typeof TransactionType.Type
 
-export const TransactionReferenceKind = Schema.Literal("search", "list", "hook", "prediction", "admin", "rollover")
+export const TransactionReferenceKind = Schema.Literals(["search", "list", "hook", "prediction", "admin", "rollover"])
 export type TransactionReferenceKind = typeof TransactionReferenceKind.Type
 
 export const CreditTransaction = Schema.Struct({
@@ -36,25 +36,25 @@ export const CreditTransaction = Schema.Struct({
   id: Schema.String,
   type: TransactionType,
   bucket: Bucket,
-  amount: Schema.Int.annotations({ description: "Signed: credits added (grant, refund) or taken (charge, expiry)." }),
-  balance_after: Schema.Struct({ monthly: Schema.Int, topup: Schema.Int }).annotations({
+  amount: Schema.Int.annotate({ description: "Signed: credits added (grant, refund) or taken (charge, expiry)." }),
+  balance_after: Schema.Struct({ monthly: Schema.Int, topup: Schema.Int }).annotate({
     description: "Both balances right after this change, as the caller saw them (credits held by requests still running are out)."
   }),
   created_at: Timestamp,
-  request_id: Schema.NullOr(Schema.String).annotations({
+  request_id: Schema.NullOr(Schema.String).annotate({
     description: "The X-Request-Id of the request that made the change; null for rollovers and opening balances."
   }),
   reference: Schema.Struct({
     kind: TransactionReferenceKind,
-    id: Schema.NullOr(Schema.String).annotations({
+    id: Schema.NullOr(Schema.String).annotate({
       description: "The hook or prediction id of a charge, or the billing system's reference of a grant."
     })
   }),
-  reason: Schema.NullOr(Schema.String).annotations({
+  reason: Schema.NullOr(Schema.String).annotate({
     description: "Why a grant or expiry happened: the `reason` given with an admin grant, or `monthly grant`, " +
       "`monthly period ended`, `plan changed`, `opening balance`; null for charges, refunds and grants given without one."
   })
-}).annotations({
+}).annotate({
   identifier: "CreditTransaction",
   description: "One change of a balance. A request's charge is one row per bucket it took from (normally one), " +
     "listed once its hold settles; a prediction's 20 credits are a charge when reserved and a refund if it fails."
@@ -64,27 +64,25 @@ export type CreditTransaction = typeof CreditTransaction.Type
 export const CreditTransactionList = ListOf(CreditTransaction, "CreditTransactionList")
 export type CreditTransactionList = typeof CreditTransactionList.Type
 
-/** A date (`2026-11-22`, midnight UTC) or a date-time with Z or an offset. */
-export const TimestampInput = Schema.compose(
-  Schema.String.pipe(
-    Schema.pattern(/^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/, {
-      message: () => "must be an ISO 8601 date or date-time with Z or an offset, e.g. 2026-11-22T14:28:55.123Z"
+/**
+ * A date (`2026-11-22`, midnight UTC) or a date-time with Z or an offset. The description goes on
+ * the string, the side the query string and the OpenAPI document show; the `u` flag lets the
+ * pattern into the document.
+ */
+export const timestampInput = (description: string) =>
+  Schema.String.check(
+    Schema.isPattern(/^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/u, {
+      message: "must be an ISO 8601 date or date-time with Z or an offset, e.g. 2026-11-22T14:28:55.123Z"
     })
-  ),
-  Schema.Date
-)
+  ).annotate({ description }).pipe(Schema.decodeTo(Schema.Date, SchemaTransformation.dateFromString))
 
 export const TransactionParams = Schema.Struct({
   limit: Schema.optional(PageLimit),
   cursor: Schema.optional(Cursor),
-  type: Schema.optional(TransactionType.annotations({ description: "Only transactions of this type." })),
-  "created[gte]": Schema.optional(
-    TimestampInput.annotations({ description: "Only transactions created at or after this time (ISO 8601)." })
-  ),
-  "created[lte]": Schema.optional(
-    TimestampInput.annotations({ description: "Only transactions created at or before this time (ISO 8601)." })
-  )
-}).annotations(strict)
+  type: Schema.optional(TransactionType.annotate({ description: "Only transactions of this type." })),
+  "created[gte]": Schema.optional(timestampInput("Only transactions created at or after this time (ISO 8601).")),
+  "created[lte]": Schema.optional(timestampInput("Only transactions created at or before this time (ISO 8601)."))
+})
 export type TransactionParams = typeof TransactionParams.Type
 
 export const transactionsDescription =
@@ -95,30 +93,30 @@ export const transactionsDescription =
   "Keyset pages: `limit` 1 to 100 (default 50), `cursor` from next_cursor with the same filters; new transactions " +
   "never shift a page. Filters: `type`, `created[gte]`, `created[lte]`."
 
-export const UsageGroupBy = Schema.Literal("day", "operation")
+export const UsageGroupBy = Schema.Literals(["day", "operation"])
 export type UsageGroupBy = typeof UsageGroupBy.Type
 
 export const UsageParams = Schema.Struct({
-  from: Schema.optional(TimestampInput.annotations({ description: "Start of the range (inclusive); 30 days before `to` when absent." })),
-  to: Schema.optional(TimestampInput.annotations({ description: "End of the range (exclusive); now when absent." })),
-  group_by: Schema.optional(UsageGroupBy.annotations({ description: "`day` (UTC, the default) or `operation`." }))
-}).annotations(strict)
+  from: Schema.optional(timestampInput("Start of the range (inclusive); 30 days before `to` when absent.")),
+  to: Schema.optional(timestampInput("End of the range (exclusive); now when absent.")),
+  group_by: Schema.optional(UsageGroupBy.annotate({ description: "`day` (UTC, the default) or `operation`." }))
+})
 export type UsageParams = typeof UsageParams.Type
 
 const usageAmounts = {
-  spent: Schema.Int.annotations({ description: "Credits requests took, net of a hold's unused credits given back." }),
-  refunded: Schema.Int.annotations({ description: "Credits given back for failed predictions." }),
-  granted: Schema.Int.annotations({ description: "Credits added: billing and admin grants, monthly grants." }),
-  expired: Schema.Int.annotations({ description: "Unused monthly credits lost at a new period." }),
-  net: Schema.Int.annotations({ description: "The balance change: granted - spent + refunded - expired (the journal's sum)." })
+  spent: Schema.Int.annotate({ description: "Credits requests took, net of a hold's unused credits given back." }),
+  refunded: Schema.Int.annotate({ description: "Credits given back for failed predictions." }),
+  granted: Schema.Int.annotate({ description: "Credits added: billing and admin grants, monthly grants." }),
+  expired: Schema.Int.annotate({ description: "Unused monthly credits lost at a new period." }),
+  net: Schema.Int.annotate({ description: "The balance change: granted - spent + refunded - expired (the journal's sum)." })
 }
 
 export const UsageRow = Schema.Struct({
-  key: Schema.String.annotations({
+  key: Schema.String.annotate({
     description: "The UTC day (`2026-11-22`) or the operation: search, list, get, predict, admin (grants), rollover (new periods)."
   }),
   ...usageAmounts
-}).annotations({ identifier: "UsageRow" })
+}).annotate({ identifier: "UsageRow" })
 export type UsageRow = typeof UsageRow.Type
 
 export const UsageSummary = Schema.Struct({
@@ -126,9 +124,9 @@ export const UsageSummary = Schema.Struct({
   from: Timestamp,
   to: Timestamp,
   group_by: UsageGroupBy,
-  data: Schema.Array(UsageRow).annotations({ description: "Groups with any change, in key order; days without one are left out." }),
+  data: Schema.Array(UsageRow).annotate({ description: "Groups with any change, in key order; days without one are left out." }),
   totals: Schema.Struct(usageAmounts)
-}).annotations({ identifier: "UsageSummary" })
+}).annotate({ identifier: "UsageSummary" })
 export type UsageSummary = typeof UsageSummary.Type
 
 export const usageDescription =
@@ -138,56 +136,54 @@ export const usageDescription =
 
 export const WalletAlert = Schema.Struct({
   object: Schema.Literal("wallet_alert"),
-  threshold: Schema.NullOr(Schema.Int).annotations({ description: "Credits (monthly + top-up); null: no alert." }),
-  armed: Schema.Boolean.annotations({
+  threshold: Schema.NullOr(Schema.Int).annotate({ description: "Credits (monthly + top-up); null: no alert." }),
+  armed: Schema.Boolean.annotate({
     description: "True when the next crossing below the threshold sends wallet.low_balance; a crossing disarms it, a grant " +
       "or a new period that brings the balance back to the threshold re-arms it."
   })
-}).annotations({ identifier: "WalletAlert" })
+}).annotate({ identifier: "WalletAlert" })
 export type WalletAlert = typeof WalletAlert.Type
 
 export const SetWalletAlert = Schema.Struct({
-  threshold: Schema.Int.pipe(
-    Schema.between(1, 1_000_000_000, { message: () => "must be an integer from 1 to 1,000,000,000" })
+  threshold: Schema.Int.check(
+    Schema.isBetween({ minimum: 1, maximum: 1_000_000_000 }, { message: "must be an integer from 1 to 1,000,000,000" })
   )
-}).annotations({ ...strict, identifier: "SetWalletAlert" })
+}).annotate({ identifier: "SetWalletAlert" })
 
 export class WalletApi extends HttpApiGroup.make("wallet")
   .add(
-    HttpApiEndpoint.get("get", "/wallet")
-      .addSuccess(Wallet)
+    HttpApiEndpoint.get("get", "/wallet", { success: Wallet })
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "Get the wallet")
       .annotate(OpenApi.Description, "The monthly and top-up balances. Costs 0. Stays available after plan loss.")
   )
   .add(
-    HttpApiEndpoint.get("transactions", "/wallet/transactions")
-      .setUrlParams(TransactionParams)
-      .addSuccess(CreditTransactionList)
-      .addError(InvalidCursorWire)
+    HttpApiEndpoint.get("transactions", "/wallet/transactions", {
+      query: TransactionParams,
+      success: CreditTransactionList,
+      error: InvalidCursorWire
+    })
+      .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "List credit transactions")
       .annotate(OpenApi.Description, `${transactionsDescription} Costs 0. Any valid key. Stays available after plan loss.`)
   )
   .add(
-    HttpApiEndpoint.get("usage", "/wallet/usage")
-      .setUrlParams(UsageParams)
-      .addSuccess(UsageSummary)
+    HttpApiEndpoint.get("usage", "/wallet/usage", { query: UsageParams, success: UsageSummary })
+      .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "Summarise credit usage")
       .annotate(OpenApi.Description, `${usageDescription} Costs 0. Any valid key. Stays available after plan loss.`)
   )
   .add(
-    HttpApiEndpoint.get("alert", "/wallet/alert")
-      .addSuccess(WalletAlert)
+    HttpApiEndpoint.get("alert", "/wallet/alert", { success: WalletAlert })
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "Get the low-balance alert")
       .annotate(OpenApi.Description, "Costs 0. Any valid key. Stays available after plan loss.")
   )
   .add(
-    HttpApiEndpoint.put("setAlert", "/wallet/alert")
-      .setPayload(SetWalletAlert)
-      .addSuccess(WalletAlert)
+    HttpApiEndpoint.put("setAlert", "/wallet/alert", { payload: SetWalletAlert, success: WalletAlert })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(AccessRule, needs(null))
       .annotate(OpenApi.Summary, "Set the low-balance alert")
       .annotate(
@@ -198,8 +194,7 @@ export class WalletApi extends HttpApiGroup.make("wallet")
       )
   )
   .add(
-    HttpApiEndpoint.del("clearAlert", "/wallet/alert")
-      .addSuccess(WalletAlert)
+    HttpApiEndpoint.delete("clearAlert", "/wallet/alert", { success: WalletAlert })
       .annotate(AccessRule, needs(null))
       .annotate(OpenApi.Summary, "Remove the low-balance alert")
       .annotate(OpenApi.Description, "Costs 0. Any valid key. wallet.depleted events are not affected.")

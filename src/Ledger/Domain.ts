@@ -2,11 +2,11 @@
 import { Schema } from "effect"
 
 /** A wallet's two balances: `monthly` (granted each period, expires at rollover) and `topup` (bought, kept). */
-export const Bucket = Schema.Literal("monthly", "topup")
+export const Bucket = Schema.Literals(["monthly", "topup"])
 export type Bucket = typeof Bucket.Type
 
 /** What a hold is for; the credit history names it. */
-export const Operation = Schema.Literal("search", "list", "hook", "prediction")
+export const Operation = Schema.Literals(["search", "list", "hook", "prediction"])
 export type Operation = typeof Operation.Type
 
 /**

@@ -17,9 +17,8 @@
  * Pages are keyset pages over (journal seq, bucket order), so rows added while a caller pages
  * land before its first page and never shift the pages after it.
  */
-import { SqlClient } from "@effect/sql"
-import type { Fragment } from "@effect/sql/Statement"
-import { Effect, Option, Schema } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient, type Statement } from "effect/sql"
 import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
 import { traced } from "../Observability/Tracing.js"
@@ -49,7 +48,7 @@ const HistoryRow = Schema.Struct({
   amount: Schema.Number,
   monthly_after: Schema.Number,
   topup_after: Schema.Number,
-  created_at: Schema.DateFromSelf,
+  created_at: Schema.Date,
   request_id: Schema.NullOr(Schema.String),
   kind: TransactionReferenceKind,
   reference_id: Schema.NullOr(Schema.String),
@@ -73,13 +72,13 @@ const toTransaction = (row: HistoryRow): CreditTransaction => ({
 type Filters = Pick<TransactionParams, "type" | "created[gte]" | "created[lte]">
 
 /** The rows strictly after `after` in (seq, ord) descending order. */
-const beyond = (sql: SqlClient.SqlClient, after: Option.Option<Position>, seq: Fragment, ord: Fragment) =>
+const beyond = (sql: SqlClient.SqlClient, after: Option.Option<Position>, seq: Statement.Fragment, ord: Statement.Fragment) =>
   Option.match(after, {
     onNone: () => sql``,
     onSome: (position) => sql`AND ${seq} <= ${position.seq} AND (${seq} < ${position.seq} OR ${ord} < ${position.ord})`
   })
 
-const filtered = (sql: SqlClient.SqlClient, filters: Filters, type: Fragment, createdAt: Fragment) =>
+const filtered = (sql: SqlClient.SqlClient, filters: Filters, type: Statement.Fragment, createdAt: Statement.Fragment) =>
   sql`${filters.type === undefined ? sql`` : sql`AND ${type} = ${filters.type}`}
       ${filters["created[gte]"] === undefined ? sql`` : sql`AND ${createdAt} >= ${filters["created[gte]"]}`}
       ${filters["created[lte]"] === undefined ? sql`` : sql`AND ${createdAt} <= ${filters["created[lte]"]}`}`
@@ -141,40 +140,40 @@ export const historyPage = (
   LIMIT ${limit + 1}
 `
 
-export class CreditHistory extends Effect.Service<CreditHistory>()("hookline/CreditHistory", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const { cursorSecret } = yield* Secrets
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const { cursorSecret } = yield* Secrets
+  const decodeRows = Schema.decodeUnknownEffect(Schema.Array(HistoryRow))
 
-    /**
-     * One page of `accountId`'s history. `endpoint` names the route, so a cursor works only
-     * where it was made and only with the filters that made it.
-     */
-    const list = (accountId: string, params: TransactionParams, endpoint: string) =>
-      Effect.gen(function*() {
-        const limit = params.limit ?? defaultPageSize
-        const binding = [
-          endpoint,
-          accountId,
-          params.type ?? "",
-          params["created[gte]"]?.toISOString() ?? "",
-          params["created[lte]"]?.toISOString() ?? ""
-        ].join("|")
-        const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
+  /**
+   * One page of `accountId`'s history. `endpoint` names the route, so a cursor works only
+   * where it was made and only with the filters that made it.
+   */
+  const list = (accountId: string, params: TransactionParams, endpoint: string) =>
+    Effect.gen(function*() {
+      const limit = params.limit ?? defaultPageSize
+      const binding = [
+        endpoint,
+        accountId,
+        params.type ?? "",
+        params["created[gte]"]?.toISOString() ?? "",
+        params["created[lte]"]?.toISOString() ?? ""
+      ].join("|")
+      const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
 
-        const rows = yield* historyPage(sql, accountId, params, after, limit).pipe(
-          Effect.flatMap(Schema.decodeUnknown(Schema.Array(HistoryRow)))
-        )
+      const rows = yield* historyPage(sql, accountId, params, after, limit).pipe(Effect.flatMap(decodeRows))
 
-        return keysetPage(
-          rows,
-          limit,
-          toTransaction,
-          (last) => signCursor(cursorSecret, binding, { seq: last.pos, ord: last.ord })
-        ) satisfies CreditTransactionList
-      }).pipe(orDieOnDb, traced("CreditHistory.list", { attributes: { accountId } }))
+      return keysetPage(
+        rows,
+        limit,
+        toTransaction,
+        (last) => signCursor(cursorSecret, binding, { seq: last.pos, ord: last.ord })
+      ) satisfies CreditTransactionList
+    }).pipe(orDieOnDb, traced("CreditHistory.list", { attributes: { accountId } }))
 
-    return { list } as const
-  }),
-  dependencies: [Secrets.Live]
-}) {}
+  return { list } as const
+})
+
+export class CreditHistory extends Context.Service<CreditHistory, Effect.Success<typeof make>>()("hookline/CreditHistory") {
+  static readonly layer = Layer.effect(CreditHistory, make).pipe(Layer.provide(Secrets.layer))
+}

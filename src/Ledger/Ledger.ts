@@ -7,10 +7,11 @@
  * release the rest) or refund/void (release all). A hold changes state at most once: each
  * resolving statement matches `status = 'pending'` only.
  */
-import { Config, Duration, Effect, Option } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option } from "effect"
 import { InsufficientCredits, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordCreditsCharged, recordHoldResolved } from "../Observability/Metrics.js"
+import { currentDate } from "../Repository.js"
 import { tracedFn } from "../Observability/Tracing.js"
 import {
   type Balances,
@@ -28,31 +29,31 @@ export type { Balances, Hold, Operation, Resolution, ReserveOptions, WalletState
 
 export const LedgerConfig = Config.all({
   /** A hold left pending this long by a crashed request is voided by the sweeper. */
-  holdTimeout: Config.duration("HOLD_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
-  sweepInterval: Config.duration("LEDGER_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(30)))
+  holdTimeout: Config.Duration("HOLD_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
+  sweepInterval: Config.Duration("LEDGER_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(30)))
 })
 
 /** How many expired holds one sweep voids at most. */
 const sweepBatch = 500
 
-const noWallet = (accountId: string) => Effect.dieMessage(`No wallet for account ${accountId}`)
+const noWallet = (accountId: string) => Effect.die(new Error(`No wallet for account ${accountId}`))
 
 const toResolution = Option.map((row: ResolveRow): Resolution => ({
   charged: row.charged,
   balancesAfter: { monthly: row.monthly_balance, topup: row.topup_balance }
 }))
 
-type LedgerSettings = Config.Config.Success<typeof LedgerConfig>
+type LedgerSettings = Config.Success<typeof LedgerConfig>
 
 /** The wallet and its monthly periods. */
-const periodOperations = (repo: LedgerRepo) => {
+const periodOperations = (repo: LedgerRepo["Service"]) => {
   /** Monthly periods that ended, for every wallet (null) or one; returns how many rolled over. */
   const rollover = tracedFn("Ledger.rollover", (accountId: string | null) => repo.rollOver(accountId))
 
   /** The wallet, after any rollover that is due. */
   const wallet = tracedFn("Ledger.wallet", Effect.fnUntraced(function*(accountId: string) {
     let row = yield* repo.findWallet(accountId)
-    if (Option.isSome(row) && row.value.monthly_period_end !== null && row.value.monthly_period_end <= new Date()) {
+    if (Option.isSome(row) && row.value.monthly_period_end !== null && row.value.monthly_period_end <= (yield* currentDate)) {
       yield* repo.rollOver(accountId)
       row = yield* repo.findWallet(accountId)
     }
@@ -76,7 +77,7 @@ const periodOperations = (repo: LedgerRepo) => {
 }
 
 /** Taking credits: into a hold, or at once. */
-const debitOperations = (repo: LedgerRepo, config: LedgerSettings) => {
+const debitOperations = (repo: LedgerRepo["Service"], config: LedgerSettings) => {
   /**
    * Runs one debit statement; when the period has ended it rolls over and tries once more. Fails
    * with InsufficientCredits (nothing changed) when the wallet is short.
@@ -88,7 +89,7 @@ const debitOperations = (repo: LedgerRepo, config: LedgerSettings) => {
     attempt: Effect.Effect<Option.Option<DebitRow>, E, R>
   ) =>
     Effect.gen(function*() {
-      if (!Number.isInteger(amount) || amount <= 0) return yield* Effect.dieMessage(`Invalid debit amount ${amount}`)
+      if (!Number.isInteger(amount) || amount <= 0) return yield* Effect.die(new Error(`Invalid debit amount ${amount}`))
       let row = yield* attempt
       if (Option.isSome(row) && row.value.rollover_due) {
         yield* repo.rollOver(accountId)
@@ -138,7 +139,7 @@ const debitOperations = (repo: LedgerRepo, config: LedgerSettings) => {
 }
 
 /** Resolving holds: settle, refund, and the sweeper's void. */
-const resolveOperations = (repo: LedgerRepo) => {
+const resolveOperations = (repo: LedgerRepo["Service"]) => {
   /** Runs a resolving statement, counts what it resolved, and answers the Resolution. */
   const resolved = <E, R>(
     status: "settled" | "refunded" | "voided",
@@ -153,7 +154,7 @@ const resolveOperations = (repo: LedgerRepo) => {
   /** Posts `amount` (≤ reserved) and releases the rest; None when the hold was not pending. */
   const settle = tracedFn("Ledger.settle", Effect.fnUntraced(function*(holdId: string, amount: number) {
     yield* Effect.annotateCurrentSpan({ holdId, charge: amount })
-    if (!Number.isInteger(amount) || amount < 0) return yield* Effect.dieMessage(`Invalid settle amount ${amount}`)
+    if (!Number.isInteger(amount) || amount < 0) return yield* Effect.die(new Error(`Invalid settle amount ${amount}`))
     return yield* resolved("settled", repo.settleHold({ holdId, charge: amount }))
   }))
 
@@ -178,7 +179,7 @@ const resolveOperations = (repo: LedgerRepo) => {
 }
 
 /** Adding credits: admin and billing grants, and a new account's opening balances. */
-const grantOperations = (repo: LedgerRepo, wallet: (accountId: string) => Effect.Effect<WalletState>) => {
+const grantOperations = (repo: LedgerRepo["Service"], wallet: (accountId: string) => Effect.Effect<WalletState>) => {
   /**
    * Adds credits to one bucket (an admin or billing grant), journaled, and answers the wallet.
    * A `referenceId` (the billing system's id) credits at most once per account: of concurrent
@@ -233,18 +234,19 @@ const grantOperations = (repo: LedgerRepo, wallet: (accountId: string) => Effect
   return { grant, openWallet }
 }
 
-export class Ledger extends Effect.Service<Ledger>()("hookline/Ledger", {
-  effect: Effect.gen(function*() {
-    const repo = yield* LedgerRepo
-    const config = yield* LedgerConfig
-    const periods = periodOperations(repo)
-    return {
-      ...periods,
-      ...debitOperations(repo, config),
-      ...resolveOperations(repo),
-      ...grantOperations(repo, periods.wallet),
-      config
-    } as const
-  }),
-  dependencies: [LedgerRepo.Default]
-}) {}
+const make = Effect.gen(function*() {
+  const repo = yield* LedgerRepo
+  const config = yield* LedgerConfig
+  const periods = periodOperations(repo)
+  return {
+    ...periods,
+    ...debitOperations(repo, config),
+    ...resolveOperations(repo),
+    ...grantOperations(repo, periods.wallet),
+    config
+  } as const
+})
+
+export class Ledger extends Context.Service<Ledger, Effect.Success<typeof make>>()("hookline/Ledger") {
+  static readonly layer = Layer.effect(Ledger, make).pipe(Layer.provide(LedgerRepo.layer))
+}

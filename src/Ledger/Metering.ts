@@ -3,23 +3,20 @@
  * X-Credits-* headers; a run that fails, dies or is interrupted (client gone, timeout) refunds
  * its hold instead. Headers are added only after the charge has committed.
  */
-import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Effect, Exit, Option } from "effect"
 import { CurrentCaller } from "../Auth/Api.js"
 import { RequestId } from "../Errors.js"
+import { addAnswerHeaders } from "../Idempotency/Headers.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
 import type { Balances, Hold, Operation } from "./Domain.js"
 import { Ledger } from "./Ledger.js"
 
+/** X-Credits-Charged and X-Credits-Remaining: part of the answer, so an idempotent replay repeats them. */
 export const creditHeaders = (charged: number, balances: Balances | null) =>
-  HttpApp.appendPreResponseHandler((_request, response) =>
-    Effect.succeed(
-      HttpServerResponse.setHeaders(response, {
-        "x-credits-charged": String(charged),
-        ...(balances === null ? {} : { "x-credits-remaining": String(balances.monthly + balances.topup) })
-      })
-    )
-  )
+  addAnswerHeaders({
+    "x-credits-charged": String(charged),
+    ...(balances === null ? {} : { "x-credits-remaining": String(balances.monthly + balances.topup) })
+  })
 
 export const metered = <A, E, R>(options: {
   readonly operation: Operation

@@ -8,11 +8,10 @@
  * the boundary, and every statement has its span. The Ledger service decides; this file only
  * moves money as told.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
 import { newId } from "../Ids.js"
 import { statementAtBoundary } from "../Repository.js"
-import { prepared, StatementRunner } from "../StatementRunner.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
 
@@ -21,7 +20,7 @@ const AccountId = Schema.String
 const WalletRow = Schema.Struct({
   monthly_balance: Schema.Number,
   topup_balance: Schema.Number,
-  monthly_period_end: Schema.NullOr(Schema.DateFromSelf)
+  monthly_period_end: Schema.NullOr(Schema.Date)
 })
 
 const Debit = Schema.Struct({
@@ -80,19 +79,16 @@ const NewPeriod = Schema.Struct({ accountId: AccountId, monthlyGrant: Schema.Int
  */
 const boundary = statementAtBoundary("LedgerRepo")
 
-/** StatementRunner: the hot statements skip @effect/sql's per-statement scope outside transactions. */
-type Run = Effect.Effect.Success<typeof StatementRunner>
-
 /** Reading a wallet, opening one, and its monthly periods. */
-const walletStatements = (sql: SqlClient.SqlClient, run: Run) => {
-  const findWallet = SqlSchema.findOne({
+const walletStatements = (sql: SqlClient.SqlClient) => {
+  const findWallet = SqlSchema.findOneOption({
     Request: AccountId,
     Result: WalletRow,
     execute: (accountId) =>
-      run(prepared(sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`))
+      sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`
   })
 
-  const rollOver = SqlSchema.single({
+  const rollOver = SqlSchema.findOne({
     Request: Schema.NullOr(AccountId),
     Result: Schema.Struct({ rolled: Schema.Number }),
     execute: (accountId) => rolloverStatement(sql, accountId)
@@ -142,12 +138,12 @@ const walletStatements = (sql: SqlClient.SqlClient, run: Run) => {
 }
 
 /** A hold's life: reserved (or a charge taken at once), then settled, refunded or voided. */
-const holdStatements = (sql: SqlClient.SqlClient, run: Run) => {
-  const reserveHold = SqlSchema.findOne({
+const holdStatements = (sql: SqlClient.SqlClient) => {
+  const reserveHold = SqlSchema.findOneOption({
     Request: HoldDebit,
     Result: DebitRow,
     execute: (debit) =>
-      run(prepared(debitStatement(sql, debit, {
+      debitStatement(sql, debit, {
         holdId: debit.holdId,
         // The database clock decides expiry, so processes with skewed clocks agree.
         expiresAt: debit.expiresInSeconds === null
@@ -156,20 +152,20 @@ const holdStatements = (sql: SqlClient.SqlClient, run: Run) => {
         // A hold that expires is a metered request's, settled or refunded before it answers (or
         // by the sweeper); one that does not is a prediction's, the record of an accepted job.
         commitWithoutFlush: debit.expiresInSeconds !== null
-      })))
+      })
   })
 
-  const chargeAtOnce = SqlSchema.findOne({
+  const chargeAtOnce = SqlSchema.findOneOption({
     Request: Debit,
     Result: DebitRow,
-    execute: (debit) => run(prepared(debitStatement(sql, debit, null)))
+    execute: (debit) => debitStatement(sql, debit, null)
   })
 
   const resolveAs = (status: "settled" | "refunded" | "voided") =>
-    SqlSchema.findOne({
+    SqlSchema.findOneOption({
       Request: Resolve,
       Result: ResolveRow,
-      execute: ({ charge, holdId }) => run(prepared(resolveStatement(sql, holdId, charge, status)))
+      execute: ({ charge, holdId }) => resolveStatement(sql, holdId, charge, status)
     })
 
   const expiredHoldIds = SqlSchema.findAll({
@@ -204,7 +200,7 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
    * Adds credits to one bucket, journaled. A `referenceId` credits at most once per account: the
    * journal's unique index decides atomically. A balance passing maxBalance credits nothing.
    */
-  const grant = SqlSchema.single({
+  const grant = SqlSchema.findOne({
     Request: Grant,
     Result: GrantRow,
     execute: (g) => {
@@ -235,7 +231,7 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
     }
   })
 
-  const findGrantByReference = SqlSchema.findOne({
+  const findGrantByReference = SqlSchema.findOneOption({
     Request: Schema.Struct({ accountId: AccountId, referenceId: Schema.String }),
     Result: EarlierGrant,
     execute: ({ accountId, referenceId }) =>
@@ -250,16 +246,17 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
   }
 }
 
-export class LedgerRepo extends Effect.Service<LedgerRepo>()("hookline/LedgerRepo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const run = yield* StatementRunner
-    return {
-      ...walletStatements(sql, run),
-      ...holdStatements(sql, run),
-      ...grantStatements(sql),
-      /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
-      withTransaction: sql.withTransaction
-    }
-  })
-}) {}
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  return {
+    ...walletStatements(sql),
+    ...holdStatements(sql),
+    ...grantStatements(sql),
+    /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
+    withTransaction: sql.withTransaction
+  }
+})
+
+export class LedgerRepo extends Context.Service<LedgerRepo, Effect.Success<typeof make>>()("hookline/LedgerRepo") {
+  static readonly layer = Layer.effect(LedgerRepo, make)
+}

@@ -2,8 +2,7 @@
  * The three longest money statements, built for LedgerRepo (which decodes their rows): the
  * monthly rollover, the debit (a hold's reserve or a charge taken at once) and a hold's resolution.
  */
-import type { SqlClient } from "@effect/sql"
-import type { Fragment } from "@effect/sql/Statement"
+import type { SqlClient, Statement } from "effect/sql"
 import { newId } from "../Ids.js"
 import { commitWithoutFlush } from "../Sql.js"
 
@@ -64,7 +63,7 @@ export const debitStatement = (
   debit: DebitInput,
   hold: {
     readonly holdId: string
-    readonly expiresAt: Fragment
+    readonly expiresAt: Statement.Fragment
     /**
      * The commit does not wait for the disk (synchronous_commit off, for this statement only).
      * Only for a hold its request settles or refunds before answering: that synchronous commit

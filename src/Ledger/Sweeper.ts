@@ -6,11 +6,11 @@
 import { Effect, Layer, Schedule } from "effect"
 import { Ledger } from "./Ledger.js"
 
-export const LedgerSweeperLive = Layer.scopedDiscard(
+export const LedgerSweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const ledger = yield* Ledger
     const sweep = Effect.all([ledger.voidExpiredHolds, ledger.rollover(null)]).pipe(
-      Effect.catchAllCause((cause) => Effect.logError("ledger sweep failed", cause)),
+      Effect.catchCause((cause) => Effect.logError("ledger sweep failed", cause)),
       Effect.withSpan("Ledger.sweep")
     )
     yield* sweep.pipe(Effect.repeat(Schedule.spaced(ledger.config.sweepInterval)), Effect.forkScoped)

@@ -1,6 +1,6 @@
 /** The clip scoring contract (spec 2.7, 2.8, 3.1, 4.7–4.10) and the upload PUT. */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import {
   AuthorizationNotAllowedWire,
@@ -21,16 +21,16 @@ export const PredictUpload = Schema.Struct({
   prediction_id: Schema.String,
   upload_url: Schema.String,
   expires_at: Timestamp
-}).annotations({ identifier: "PredictUpload" })
+}).annotate({ identifier: "PredictUpload" })
 export type PredictUpload = typeof PredictUpload.Type
 
 export { Band, PredictionErrorType, PredictionStatus }
 
 export const PredictionResult = Schema.Struct({
   band: Band,
-  hook_duration_sec: Schema.NullOr(Schema.Number),
+  hook_duration_sec: Schema.NullOr(Schema.Finite),
   category: Schema.NullOr(Schema.Struct({ slug: Schema.String }))
-}).annotations({ identifier: "PredictionResult" })
+}).annotate({ identifier: "PredictionResult" })
 export type PredictionResult = typeof PredictionResult.Type
 
 export const Prediction = Schema.Struct({
@@ -39,22 +39,19 @@ export const Prediction = Schema.Struct({
   status: PredictionStatus,
   created_at: Timestamp,
   completed_at: Schema.NullOr(Timestamp),
-  input: Schema.NullOr(Schema.Struct({ duration_sec: Schema.NullOr(Schema.Number) })),
+  input: Schema.NullOr(Schema.Struct({ duration_sec: Schema.NullOr(Schema.Finite) })),
   result: Schema.NullOr(PredictionResult),
   error: Schema.NullOr(Schema.Struct({ type: PredictionErrorType, message: Schema.String }))
-}).annotations({ identifier: "Prediction" })
+}).annotate({ identifier: "Prediction" })
 export type Prediction = typeof Prediction.Type
 
-export const RetryStart = Schema.Struct({ upload_id: Schema.String }).annotations({
-  ...strict,
-  identifier: "RetryStart"
-})
+export const RetryStart = Schema.Struct({ upload_id: Schema.String }).annotate({ identifier: "RetryStart" })
 
 export const UploadReceipt = Schema.Struct({
   object: Schema.Literal("upload"),
   upload_id: Schema.String,
   status: Schema.Literal("received")
-}).annotations({ identifier: "UploadReceipt" })
+}).annotate({ identifier: "UploadReceipt" })
 
 /** The upload PUT's body as OpenAPI documents it: the raw file, under any of these types. */
 const uploadRequestBody = {
@@ -69,15 +66,12 @@ const uploadRequestBody = {
   )
 }
 
-const predictionIdParam = HttpApiSchema.param("id", Schema.String)
-const uploadTokenParam = HttpApiSchema.param("token", Schema.String)
-
 export class PredictApi extends HttpApiGroup.make("predict")
   .add(
-    HttpApiEndpoint.post("createUpload", "/predict/upload")
-      .addSuccess(PredictUpload)
-      .addError(TooManyPendingUploadsWire)
-      .addError(UnpaidClipsLimitWire)
+    HttpApiEndpoint.post("createUpload", "/predict/upload", {
+      success: PredictUpload,
+      error: [TooManyPendingUploadsWire, UnpaidClipsLimitWire]
+    })
       .annotate(AccessRule, needs("predict:write"))
       .annotate(OpenApi.Summary, "Create an upload link")
       .annotate(
@@ -86,13 +80,13 @@ export class PredictApi extends HttpApiGroup.make("predict")
           "429 too_many_pending_uploads when the key holds too many unused links; 429 unpaid_clips_limit when the " +
           "account keeps too many clips waiting for credits (both with Retry-After)."
       )
-      .annotate(OpenApi.Transform, acceptsIdempotencyKey)
-  )
-  .add(
-    HttpApiEndpoint.post("retryStart", "/predict")
-      .setPayload(RetryStart)
-      .addSuccess(Prediction)
-      .addError(InsufficientCreditsWire)
+      .annotate(OpenApi.Transform, acceptsIdempotencyKey),
+    HttpApiEndpoint.post("retryStart", "/predict", {
+      payload: RetryStart,
+      success: Prediction,
+      error: InsufficientCreditsWire
+    })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(AccessRule, needs("predict:write"))
       .annotate(OpenApi.Summary, "Retry start")
       .annotate(
@@ -100,11 +94,8 @@ export class PredictApi extends HttpApiGroup.make("predict")
         "Retries the reserve for a clip that landed while credits were short: charges 20 if this call reserves, " +
           "0 if the job is already queued or later. 422 if the file has not landed. Needs predict:write."
       )
-      .annotate(OpenApi.Transform, acceptsIdempotencyKey)
-  )
-  .add(
-    HttpApiEndpoint.get("get")`/predict/${predictionIdParam}`
-      .addSuccess(Prediction)
+      .annotate(OpenApi.Transform, acceptsIdempotencyKey),
+    HttpApiEndpoint.get("get", "/predict/:id", { params: { id: Schema.String }, success: Prediction })
       .annotate(AccessRule, needs("predict:write", true))
       .annotate(OpenApi.Summary, "Get a prediction")
       .annotate(
@@ -119,17 +110,22 @@ export class PredictApi extends HttpApiGroup.make("predict")
 
 export class UploadApi extends HttpApiGroup.make("upload")
   .add(
-    HttpApiEndpoint.put("put")`/uploads/${uploadTokenParam}`
-      .addSuccess(UploadReceipt)
-      .addError(AuthorizationNotAllowedWire)
-      .addError(UploadAlreadyUsedWire)
-      .addError(UploadExpiredWire)
-      .addError(PayloadTooLargeWire)
-      .addError(UnsupportedMediaTypeWire)
-      .addError(UnpaidClipsLimitWire)
+    HttpApiEndpoint.put("put", "/uploads/:token", {
+      params: { token: Schema.String },
+      success: UploadReceipt,
+      error: [
+        AuthorizationNotAllowedWire,
+        UploadAlreadyUsedWire,
+        UploadExpiredWire,
+        PayloadTooLargeWire,
+        UnsupportedMediaTypeWire,
+        UnpaidClipsLimitWire
+      ]
+    })
       .annotate(OpenApi.Summary, "Upload the clip")
-      // The handler streams the body itself (a declared payload would be read whole), so the
-      // request body is documented here for generated clients.
+      // No payload is declared: the handler streams the raw body itself under its own limit, and a
+      // declared body would make the framework check its Content-Type; so the request body is
+      // documented here for generated clients.
       .annotate(OpenApi.Override, { requestBody: uploadRequestBody })
       .annotate(
         OpenApi.Description,

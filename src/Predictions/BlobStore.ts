@@ -6,7 +6,7 @@
  * A `put` is atomic: after success the whole object exists under its key, after failure or
  * interruption nothing does. Storage I/O errors are defects (the caller's job or request fails).
  */
-import { Duration, Effect, Exit, Option, Redacted, Stream } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Option, Redacted, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises"
 import { dirname, join } from "node:path"
@@ -35,10 +35,10 @@ export interface BlobStoreApi {
 const validKey = /^[A-Za-z0-9_-]+(?:\/[A-Za-z0-9_-]+)*$/
 
 const checkKey = (key: string) =>
-  validKey.test(key) ? Effect.void : Effect.dieMessage(`Invalid blob key ${JSON.stringify(key)}`)
+  validKey.test(key) ? Effect.void : Effect.die(new Error(`Invalid blob key ${JSON.stringify(key)}`))
 
 const writeAll = <E, R>(body: Stream.Stream<Uint8Array, E, R>, write: (chunk: Uint8Array) => Promise<unknown>) =>
-  Stream.runFoldEffect(body, 0, (written, chunk) =>
+  Stream.runFoldEffect(body, () => 0, (written, chunk) =>
     Effect.promise(() => write(chunk)).pipe(Effect.as(written + chunk.length)))
 
 const fileStore = (root: string): BlobStoreApi => {
@@ -47,7 +47,7 @@ const fileStore = (root: string): BlobStoreApi => {
 
   const remove = (key: string) =>
     checkKey(key).pipe(
-      Effect.zipRight(Effect.promise(() => Promise.all([rm(pathOf(key), { force: true }), rm(partialOf(key), { force: true })]))),
+      Effect.andThen(Effect.promise(() => Promise.all([rm(pathOf(key), { force: true }), rm(partialOf(key), { force: true })]))),
       Effect.asVoid
     )
 
@@ -72,11 +72,11 @@ const fileStore = (root: string): BlobStoreApi => {
       }),
     size: (key) =>
       checkKey(key).pipe(
-        Effect.zipRight(Effect.promise(() => stat(pathOf(key)).then((s) => Option.some(s.size), () => Option.none())))
+        Effect.andThen(Effect.promise(() => stat(pathOf(key)).then((s) => Option.some(s.size), () => Option.none())))
       ),
     read: (key, maxBytes) =>
       Stream.unwrap(checkKey(key).pipe(Effect.as(
-        Stream.fromReadableStream(() => Bun.file(pathOf(key)).slice(0, maxBytes).stream(), (error) => error).pipe(Stream.orDie)
+        Stream.fromReadableStream({ evaluate: () => Bun.file(pathOf(key)).slice(0, maxBytes).stream(), onError: (error) => error }).pipe(Stream.orDie)
       ))),
     list: (prefix) =>
       Effect.promise(() =>
@@ -88,9 +88,11 @@ const fileStore = (root: string): BlobStoreApi => {
     // Every process that scores must see the same DATA_DIR; a missing file is a deployment fault.
     withLocalFile: (key, use) =>
       checkKey(key).pipe(
-        Effect.zipRight(Effect.promise(() => stat(pathOf(key)).then(() => true, () => false))),
+        Effect.andThen(Effect.promise(() => stat(pathOf(key)).then(() => true, () => false))),
         Effect.flatMap((present) =>
-          present ? use(pathOf(key)) : Effect.dieMessage(`Stored clip ${key} is missing from ${root} (is DATA_DIR shared by every server process?)`))
+          present
+            ? use(pathOf(key))
+            : Effect.die(new Error(`Stored clip ${key} is missing from ${root} (is DATA_DIR shared by every server process?)`)))
       ),
     remove,
     presignedPut: Option.none()
@@ -98,7 +100,7 @@ const fileStore = (root: string): BlobStoreApi => {
 }
 
 const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): BlobStoreApi => {
-  const remove = (key: string) => checkKey(key).pipe(Effect.zipRight(Effect.promise(() => client.delete(key))))
+  const remove = (key: string) => checkKey(key).pipe(Effect.andThen(Effect.promise(() => client.delete(key))))
   return {
     kind: "s3",
     // Bun's writer sends multipart parts as they fill, so memory stays at partSize × queueSize.
@@ -120,12 +122,12 @@ const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): Blob
         return { sizeBytes }
       }),
     size: (key) =>
-      checkKey(key).pipe(Effect.zipRight(Effect.promise(async () =>
+      checkKey(key).pipe(Effect.andThen(Effect.promise(async () =>
         (await client.exists(key)) ? Option.some(await client.size(key)) : Option.none()
       ))),
     read: (key, maxBytes) =>
       Stream.unwrap(checkKey(key).pipe(Effect.as(
-        Stream.fromReadableStream(() => client.file(key).slice(0, maxBytes).stream(), (error) => error).pipe(Stream.orDie)
+        Stream.fromReadableStream({ evaluate: () => client.file(key).slice(0, maxBytes).stream(), onError: (error) => error }).pipe(Stream.orDie)
       ))),
     list: (prefix) =>
       Effect.promise(async () => {
@@ -141,7 +143,7 @@ const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): Blob
     // ffmpeg reads a local copy: seeking over HTTP would fetch the file several times.
     withLocalFile: (key, use) =>
       Effect.acquireUseRelease(
-        checkKey(key).pipe(Effect.zipRight(Effect.promise(async () => {
+        checkKey(key).pipe(Effect.andThen(Effect.promise(async () => {
           await mkdir(tmpDir, { recursive: true })
           const path = join(tmpDir, randomUUID())
           await Bun.write(path, client.file(key))
@@ -158,25 +160,32 @@ const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): Blob
   }
 }
 
-export class BlobStore extends Effect.Service<BlobStore>()("hookline/BlobStore", {
-  effect: Effect.gen(function*() {
-    const server = yield* ServerConfig
-    const config = yield* BlobConfig
-    const store: BlobStoreApi = Option.match(config.s3Bucket, {
-      onNone: () => fileStore(join(server.dataDir, "blobs")),
-      onSome: (bucket) =>
-        s3Store(
-          new Bun.S3Client({
-            bucket,
-            endpoint: Option.getOrUndefined(config.s3Endpoint),
-            region: Option.getOrUndefined(config.s3Region),
-            accessKeyId: Option.getOrUndefined(Option.map(config.s3AccessKeyId, Redacted.value)),
-            secretAccessKey: Option.getOrUndefined(Option.map(config.s3SecretAccessKey, Redacted.value))
-          }),
-          join(server.dataDir, "tmp"),
-          config.s3UploadMode === "presigned"
-        )
-    })
-    return { ...store, watchInterval: config.s3WatchInterval }
+const make = Effect.gen(function*() {
+  const server = yield* ServerConfig
+  const config = yield* BlobConfig
+  const store: BlobStoreApi = Option.match(config.s3Bucket, {
+    onNone: () => fileStore(join(server.dataDir, "blobs")),
+    onSome: (bucket) =>
+      s3Store(
+        new Bun.S3Client({
+          bucket,
+          endpoint: Option.getOrUndefined(config.s3Endpoint),
+          region: Option.getOrUndefined(config.s3Region),
+          accessKeyId: Option.getOrUndefined(Option.map(config.s3AccessKeyId, Redacted.value)),
+          secretAccessKey: Option.getOrUndefined(Option.map(config.s3SecretAccessKey, Redacted.value))
+        }),
+        join(server.dataDir, "tmp"),
+        config.s3UploadMode === "presigned"
+      )
   })
-}) {}
+  return { ...store, watchInterval: config.s3WatchInterval }
+})
+
+export interface BlobStoreShape extends BlobStoreApi {
+  /** Presigned mode: how often the watcher looks for objects that landed. */
+  readonly watchInterval: Duration.Duration
+}
+
+export class BlobStore extends Context.Service<BlobStore, BlobStoreShape>()("hookline/BlobStore") {
+  static readonly layer = Layer.effect(BlobStore, make)
+}

@@ -4,17 +4,17 @@
  */
 import { Schema } from "effect"
 
-export const PredictionStatus = Schema.Literal("awaiting_upload", "queued", "running", "succeeded", "failed")
+export const PredictionStatus = Schema.Literals(["awaiting_upload", "queued", "running", "succeeded", "failed"])
 export type PredictionStatus = typeof PredictionStatus.Type
 
-export const Band = Schema.Literal("low", "medium", "high")
+export const Band = Schema.Literals(["low", "medium", "high"])
 export type Band = typeof Band.Type
 
-export const PredictionErrorType = Schema.Literal(
+export const PredictionErrorType = Schema.Literals([
   "upload_expired",
   "expired",
   "unsupported_media",
   "clip_too_long",
   "analysis_failed"
-)
+])
 export type PredictionErrorType = typeof PredictionErrorType.Type

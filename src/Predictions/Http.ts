@@ -1,5 +1,6 @@
-import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
 import { Effect, Stream } from "effect"
+import type { HttpServerRequest } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
 import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
 import { AuthorizationNotAllowed, RequestId, ValidationFailed } from "../Errors.js"
@@ -24,11 +25,14 @@ export const PredictHandlers = HttpApiBuilder.group(HooklineApi, "predict", (han
           }),
           payload
         ))
-      .handle("get", ({ path }) => Effect.flatMap(CurrentCaller, (caller) => jobs.get(caller, path.id)))
+      .handle("get", ({ params }) => Effect.flatMap(CurrentCaller, (caller) => jobs.get(caller, params.id)))
   })
 )
 
-/** What the upload PUT's headers say about its body, and the body itself. */
+/**
+ * What the upload PUT's headers say about its body, and the body itself, read as it arrives:
+ * the endpoint declares no payload, so nothing reads or limits the body before the handler.
+ */
 const uploadBody = (request: HttpServerRequest.HttpServerRequest): UploadBody => {
   const declared = request.headers["content-length"]
   return {
@@ -43,15 +47,14 @@ const uploadBody = (request: HttpServerRequest.HttpServerRequest): UploadBody =>
 export const UploadHandlers = HttpApiBuilder.group(HooklineApi, "upload", (handlers) =>
   Effect.gen(function*() {
     const uploads = yield* PredictionUploads
-    return handlers.handle("put", ({ path }) =>
+    return handlers.handle("put", ({ params, request }) =>
       Effect.gen(function*() {
-        const request = yield* HttpServerRequest.HttpServerRequest
         if (request.headers["authorization"] !== undefined) {
           return yield* new AuthorizationNotAllowed({
             message: "The upload PUT must not carry an Authorization header: the upload_url itself is the credential."
           })
         }
-        return yield* uploads.receive(path.token, uploadBody(request), yield* RequestId)
+        return yield* uploads.receive(params.token, uploadBody(request), yield* RequestId)
       }))
   })
 )

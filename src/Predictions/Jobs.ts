@@ -5,8 +5,8 @@
  * transaction), and runs the sweeps that re-queue stalled jobs and expire forgotten ones.
  * Every time it measures is Effect's Clock.
  */
-import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Either, Option } from "effect"
+import { Context, Duration, Effect, Layer, Option } from "effect"
+import { SqlClient } from "effect/sql"
 import type { Caller } from "../Auth/Api.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { Ledger } from "../Ledger/Ledger.js"
@@ -45,13 +45,13 @@ const dependencies = Effect.gen(function*() {
     config: yield* PredictionsConfig
   } as const
 })
-type Dependencies = Effect.Effect.Success<typeof dependencies>
+type Dependencies = Effect.Success<typeof dependencies>
 
 /** awaiting_upload → queued, the credits reserved (inside the caller's transaction). */
 const queueing = ({ ledger, mode, repo, sql }: Dependencies) => {
   /**
-   * Announces queued work: NOTIFY is delivered when the surrounding transaction commits. The
-   * payload must not be empty: PgClient.listen drops notifications without one.
+   * Announces queued work: NOTIFY is delivered when the surrounding transaction commits. Not in
+   * embedded mode, where notifications do not reach a listener (the workers poll).
    */
   const announceQueued = mode.embedded ? Effect.void : sql`SELECT pg_notify(${jobsChannel}, 'queued')`.pipe(Effect.asVoid, Effect.orDie)
 
@@ -71,7 +71,7 @@ const queueing = ({ ledger, mode, repo, sql }: Dependencies) => {
       // The job's trace links back to the request that queued it.
       const traceParent = yield* currentTraceParent
       const queued = yield* repo.queueJob({ id: predictionId, holdId: hold.id, traceParent, now: yield* currentDate })
-      if (!queued) return yield* Effect.dieMessage(`Prediction ${predictionId} left awaiting_upload under its lock`)
+      if (!queued) return yield* Effect.die(new Error(`Prediction ${predictionId} left awaiting_upload under its lock`))
       yield* announceQueued
       return hold
     })
@@ -79,13 +79,13 @@ const queueing = ({ ledger, mode, repo, sql }: Dependencies) => {
   /**
    * The consume step of a landing, inside its transaction: None when the job may not be queued
    * (its key was revoked, its account suspended, or it moved on); else the account and whether
-   * the credits were reserved (Left: the wallet was short, nothing changed).
+   * the credits were reserved (a Failure: the wallet was short, nothing changed).
    */
   const queueLanded = (predictionId: string, requestId: string | null) =>
     Effect.gen(function*() {
       const locked = yield* repo.lockForLanding(predictionId)
       if (Option.isNone(locked) || locked.value.status !== "awaiting_upload") return Option.none()
-      const reserved = yield* Effect.either(queue(predictionId, locked.value.account_id, requestId))
+      const reserved = yield* Effect.result(queue(predictionId, locked.value.account_id, requestId))
       return Option.some({ accountId: locked.value.account_id, reserved })
     })
 
@@ -96,7 +96,7 @@ const queueing = ({ ledger, mode, repo, sql }: Dependencies) => {
 const settlement = ({ blobs, ledger, repo, sql, uploads, webhooks }: Dependencies) => {
   const readPrediction = (id: string) =>
     Effect.flatMap(repo.findPrediction(id), Option.match({
-      onNone: () => Effect.dieMessage(`No prediction ${id}`),
+      onNone: () => Effect.die(new Error(`No prediction ${id}`)),
       onSome: Effect.succeed
     }))
 
@@ -270,19 +270,23 @@ const sweeps = (
   return { requeueStalled, expireQueued, expireUnpaid, deleteLeftoverFiles }
 }
 
-export class PredictionJobs extends Effect.Service<PredictionJobs>()("hookline/PredictionJobs", {
-  effect: Effect.gen(function*() {
-    const deps = yield* dependencies
-    const queued = queueing(deps)
-    const settled = settlement(deps)
-    return {
-      config: deps.config,
-      ...queued,
-      ...settled,
-      ...requests(deps, queued, settled),
-      ...workerSide(deps, queued),
-      ...sweeps(deps, queued, settled)
-    } as const
-  }),
-  dependencies: [JobsRepo.Default, UploadsRepo.Default, Ledger.Default, Webhooks.Default, BlobStore.Default, WorkSignal.Default]
-}) {}
+const make = Effect.gen(function*() {
+  const deps = yield* dependencies
+  const queued = queueing(deps)
+  const settled = settlement(deps)
+  return {
+    config: deps.config,
+    ...queued,
+    ...settled,
+    ...requests(deps, queued, settled),
+    ...workerSide(deps, queued),
+    ...sweeps(deps, queued, settled)
+  } as const
+})
+
+export class PredictionJobs extends Context.Service<PredictionJobs, Effect.Success<typeof make>>()("hookline/PredictionJobs") {
+  static readonly layerWithoutDependencies = Layer.effect(PredictionJobs, make)
+  static readonly layer = PredictionJobs.layerWithoutDependencies.pipe(
+    Layer.provide([JobsRepo.layer, UploadsRepo.layer, Ledger.layer, Webhooks.layer, BlobStore.layer, WorkSignal.layer])
+  )
+}

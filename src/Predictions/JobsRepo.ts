@@ -19,12 +19,12 @@
  * (Effect's Clock), never from the database's now(), so a TestClock drives every timeout.
  * Money is not moved here: the jobs service calls the Ledger in the same transaction.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { moved, PredictionRow } from "./Rows.js"
 
-const Now = Schema.DateFromSelf
+const Now = Schema.Date
 const Id = Schema.Struct({ id: Schema.String })
 
 export const ClaimedJob = Schema.Struct({
@@ -37,7 +37,7 @@ export const ClaimedJob = Schema.Struct({
 export type ClaimedJob = typeof ClaimedJob.Type
 
 /** Which state a terminal transition may leave; it changes nothing when the row has moved on. */
-export const FinishGuard = Schema.Union(
+export const FinishGuard = Schema.Union([
   /** The running job this worker still holds. */
   Schema.TaggedStruct("HeldBy", { workerId: Schema.String }),
   /** No file yet (link expired) or a landed file that will not be scored. */
@@ -48,12 +48,12 @@ export const FinishGuard = Schema.Union(
   Schema.TaggedStruct("QueuedBefore", { queuedBefore: Now }),
   /** Landed unpaid before `receivedBefore`. */
   Schema.TaggedStruct("UnpaidBefore", { receivedBefore: Now })
-)
+])
 export type FinishGuard = typeof FinishGuard.Type
 
 export const Finish = Schema.Struct({
   id: Schema.String,
-  status: Schema.Literal("succeeded", "failed"),
+  status: Schema.Literals(["succeeded", "failed"]),
   result: Schema.NullOr(Schema.String),
   errorType: Schema.NullOr(Schema.String),
   errorMessage: Schema.NullOr(Schema.String),
@@ -74,14 +74,14 @@ const reads = (sql: SqlClient.SqlClient) => {
            p.created_at, p.completed_at, u.id AS upload_id, u.status AS upload_status
       FROM predictions p JOIN uploads u ON u.prediction_id = p.id`
 
-  const findPrediction = SqlSchema.findOne({
+  const findPrediction = SqlSchema.findOneOption({
     Request: Schema.String,
     Result: PredictionRow,
     execute: (id) => sql`${selectPrediction} WHERE p.id = ${id}`
   })
 
   /** Visible only to the key that created it, and only while created after `createdAfter`. */
-  const findVisiblePrediction = SqlSchema.findOne({
+  const findVisiblePrediction = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, keyId: Schema.String, createdAfter: Now }),
     Result: PredictionRow,
     execute: ({ createdAfter, id, keyId }) =>
@@ -89,7 +89,7 @@ const reads = (sql: SqlClient.SqlClient) => {
   })
 
   /** A landing may queue the job only while its key is live and its account not suspended. */
-  const lockForLanding = SqlSchema.findOne({
+  const lockForLanding = SqlSchema.findOneOption({
     Request: Schema.String,
     Result: Schema.Struct({ status: Schema.String, account_id: Schema.String }),
     execute: (id) =>
@@ -97,7 +97,7 @@ const reads = (sql: SqlClient.SqlClient) => {
            WHERE p.id = ${id} AND k.revoked_at IS NULL AND NOT a.suspended FOR UPDATE OF p`
   })
 
-  const lockForRetryStart = SqlSchema.findOne({
+  const lockForRetryStart = SqlSchema.findOneOption({
     Request: Schema.Struct({ uploadId: Schema.String, keyId: Schema.String, createdAfter: Now }),
     Result: Schema.Struct({ prediction_id: Schema.String, status: Schema.String, upload_status: Schema.String }),
     execute: ({ createdAfter, keyId, uploadId }) =>
@@ -117,7 +117,7 @@ const reads = (sql: SqlClient.SqlClient) => {
 
 /** The transitions between awaiting_upload, queued and running. */
 const transitions = (sql: SqlClient.SqlClient) => {
-  const queueJob = SqlSchema.findOne({
+  const queueJob = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, holdId: Schema.String, traceParent: Schema.NullOr(Schema.String), now: Now }),
     Result: Id,
     execute: ({ holdId, id, now, traceParent }) =>
@@ -132,7 +132,7 @@ const transitions = (sql: SqlClient.SqlClient) => {
    * processes two claims may read the same running counts (fairness is then approximate for a
    * moment), but SKIP LOCKED and the status guard still give every job exactly one claim.
    */
-  const claimNextJob = SqlSchema.findOne({
+  const claimNextJob = SqlSchema.findOneOption({
     Request: Claim,
     Result: ClaimedJob,
     execute: ({ now, queuedAfter, workerId }) =>
@@ -151,7 +151,7 @@ const transitions = (sql: SqlClient.SqlClient) => {
           RETURNING p.id, p.attempts, p.trace_parent, (SELECT u.blob_key FROM uploads u WHERE u.prediction_id = p.id) AS blob_key`
   })
 
-  const heartbeat = SqlSchema.findOne({
+  const heartbeat = SqlSchema.findOneOption({
     Request: Held,
     Result: Id,
     execute: ({ id, now, workerId }) =>
@@ -160,7 +160,7 @@ const transitions = (sql: SqlClient.SqlClient) => {
   })
 
   /** Shutdown: the job goes straight back to the queue, this attempt not counted. */
-  const handBack = SqlSchema.findOne({
+  const handBack = SqlSchema.findOneOption({
     Request: Held,
     Result: Id,
     execute: ({ id, now, workerId }) =>
@@ -171,7 +171,7 @@ const transitions = (sql: SqlClient.SqlClient) => {
   })
 
   /** A running job whose worker stopped heart-beating goes back to the queue, while it has attempts left. */
-  const requeueStalled = SqlSchema.findOne({
+  const requeueStalled = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, heartbeatBefore: Now, maxAttempts: Schema.Number, now: Now }),
     Result: Id,
     execute: ({ heartbeatBefore, id, maxAttempts, now }) =>
@@ -208,7 +208,7 @@ const finishing = (sql: SqlClient.SqlClient) => {
   }
 
   /** The terminal transition; None when the row no longer meets its guard (another process won). */
-  const finishJob = SqlSchema.findOne({
+  const finishJob = SqlSchema.findOneOption({
     Request: Finish,
     Result: Finished,
     execute: (finish) =>
@@ -245,7 +245,7 @@ const scans = (sql: SqlClient.SqlClient) => {
     Result: Schema.Struct({ status: Schema.String, n: Schema.Number }),
     execute: () => sql`SELECT status, count(*)::int AS n FROM predictions GROUP BY status`
   })
-  const oldestQueuedSeconds = SqlSchema.single({
+  const oldestQueuedSeconds = SqlSchema.findOne({
     Request: Now,
     Result: Schema.Struct({ seconds: Schema.Number }),
     execute: (now) =>
@@ -262,7 +262,9 @@ const scans = (sql: SqlClient.SqlClient) => {
   }
 }
 
-export class JobsRepo extends Effect.Service<JobsRepo>()("hookline/JobsRepo", {
-  effect: Effect.map(SqlClient.SqlClient, (sql) =>
-    atRepoBoundary("JobsRepo", { ...reads(sql), ...transitions(sql), ...finishing(sql), ...scans(sql) }))
-}) {}
+const make = Effect.map(SqlClient.SqlClient, (sql) =>
+  atRepoBoundary("JobsRepo", { ...reads(sql), ...transitions(sql), ...finishing(sql), ...scans(sql) }))
+
+export class JobsRepo extends Context.Service<JobsRepo, Effect.Success<typeof make>>()("hookline/JobsRepo") {
+  static readonly layer = Layer.effect(JobsRepo, make)
+}

@@ -2,7 +2,7 @@
  * The bytes of an upload: what kind of video they are (by their first bytes, not the
  * Content-Type) and a byte limit enforced while they stream past.
  */
-import { Chunk, Effect, Sink, Stream } from "effect"
+import { Effect, Sink, Stream } from "effect"
 import { PayloadTooLarge, UnsupportedMediaType } from "../Errors.js"
 
 export type MediaKind = "mp4" | "mov" | "webm"
@@ -67,15 +67,15 @@ export const checkedVideoBody = <E, R>(body: Stream.Stream<Uint8Array, E, R>, ma
     const [headChunks, rest] = yield* Stream.peel(
       body,
       Sink.fold<Array<Uint8Array>, Uint8Array>(
-        [],
+        () => [],
         (parts) => parts.reduce((sum, part) => sum + part.length, 0) < sniffLength,
-        (parts, chunk) => [...parts, chunk]
+        (parts, chunk) => Effect.succeed([...parts, chunk])
       )
     )
     const kind = sniffMediaKind(concatBytes(headChunks).subarray(0, sniffLength))
     if (kind === null) return yield* unsupportedMedia()
     let total = 0
-    const stream = Stream.concat(Stream.fromChunk(Chunk.fromIterable(headChunks)), rest).pipe(
+    const stream = Stream.concat(Stream.fromIterable(headChunks), rest).pipe(
       Stream.mapEffect((chunk) => {
         total += chunk.length
         return total > maxBytes ? Effect.fail(tooLarge(maxBytes)) : Effect.succeed(chunk)

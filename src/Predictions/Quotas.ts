@@ -10,9 +10,9 @@
  * room comes back by itself. Checks that must not be raced (two link requests, two landings at
  * once) take a transaction-scoped advisory lock on the key or the account first.
  */
-import { HttpApp, HttpServerResponse } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
-import { Duration, Effect } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
+import { HttpEffect, HttpServerResponse } from "effect/http"
+import { SqlClient } from "effect/sql"
 import { TooManyPendingUploads, UnpaidClipsLimit } from "../Errors.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { PredictionsConfig } from "./Config.js"
@@ -23,9 +23,13 @@ import { UploadsRepo } from "./UploadsRepo.js"
 const pendingLinksLock = 14_006
 const unpaidClipsLock = 14_004
 
+/** Retry-After on the answer of the request being served; nothing outside a request (the presigned watcher). */
 const retryAfter = (seconds: number) =>
-  HttpApp.appendPreResponseHandler((_request, response) =>
-    Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(Math.max(1, Math.ceil(seconds))))))
+  Effect.withFiber((fiber) => {
+    HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (_request, response) =>
+      Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(Math.max(1, Math.ceil(seconds))))))
+    return Effect.void
+  })
 
 const mib = (bytes: number) => `${Math.round((bytes / (1024 * 1024)) * 10) / 10} MiB`
 
@@ -36,72 +40,73 @@ interface UnpaidClips {
   readonly freesInSec: number
 }
 
-export class UploadQuotas extends Effect.Service<UploadQuotas>()("hookline/UploadQuotas", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const ledger = yield* Ledger
-    const repo = yield* UploadsRepo
-    const config = yield* PredictionsConfig
-    const unpaidRetentionSec = Duration.toMillis(config.unpaidRetention) / 1000
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const ledger = yield* Ledger
+  const repo = yield* UploadsRepo
+  const config = yield* PredictionsConfig
+  const unpaidRetentionSec = Duration.toMillis(config.unpaidRetention) / 1000
 
-    const unpaidClips = (accountId: string) =>
-      Effect.flatMap(currentDate, (now) => repo.unpaidClips({ accountId, retentionSec: unpaidRetentionSec, now }))
+  const unpaidClips = (accountId: string) =>
+    Effect.flatMap(currentDate, (now) => repo.unpaidClips({ accountId, retentionSec: unpaidRetentionSec, now }))
 
-    const unpaidLimit = (unpaid: UnpaidClips, extraBytes: number) =>
-      retryAfter(unpaid.freesInSec).pipe(Effect.zipRight(
-        new UnpaidClipsLimit({
-          message: `This account keeps ${unpaid.clips} clip(s) (${mib(unpaid.bytes + extraBytes)}) waiting for credits, ` +
-            `the most allowed is ${config.unpaidMaxCount} clips or ${mib(config.unpaidMaxBytes)}: top up and retry start ` +
-            `them (POST /v1/predict), or retry after the oldest expires.`
+  const unpaidLimit = (unpaid: UnpaidClips, extraBytes: number) =>
+    retryAfter(unpaid.freesInSec).pipe(Effect.andThen(Effect.fail(
+      new UnpaidClipsLimit({
+        message: `This account keeps ${unpaid.clips} clip(s) (${mib(unpaid.bytes + extraBytes)}) waiting for credits, ` +
+          `the most allowed is ${config.unpaidMaxCount} clips or ${mib(config.unpaidMaxBytes)}: top up and retry start ` +
+          `them (POST /v1/predict), or retry after the oldest expires.`
+      })
+    )))
+
+  const overBound = (unpaid: UnpaidClips, extraClips: number, extraBytes: number) =>
+    unpaid.clips + extraClips > config.unpaidMaxCount || unpaid.bytes + extraBytes > config.unpaidMaxBytes
+
+  /**
+   * Before a link is made, inside its transaction: the key's unused links and the account's
+   * unpaid clips must leave room.
+   */
+  const admitLink = (accountId: string, keyId: string) =>
+    Effect.gen(function*() {
+      yield* sql`SELECT pg_advisory_xact_lock(${pendingLinksLock}, hashtext(${keyId}))`
+      const pending = yield* repo.pendingLinks({ keyId, now: yield* currentDate })
+      if (pending.links >= config.pendingUploadsPerKey) {
+        yield* retryAfter(pending.freesInSec)
+        return yield* new TooManyPendingUploads({
+          message: `This key holds ${pending.links} unused upload links, the most allowed: ` +
+            `upload to them, or retry after the oldest expires.`
         })
-      ))
+      }
+      const unpaid = yield* unpaidClips(accountId)
+      if (overBound(unpaid, 1, 0) || unpaid.bytes >= config.unpaidMaxBytes) return yield* unpaidLimit(unpaid, 0)
+    })
 
-    const overBound = (unpaid: UnpaidClips, extraClips: number, extraBytes: number) =>
-      unpaid.clips + extraClips > config.unpaidMaxCount || unpaid.bytes + extraBytes > config.unpaidMaxBytes
+  /**
+   * Before a PUT streams: a wallet that cannot pay would make this clip unpaid, so it must fit
+   * beside the unpaid ones (by its declared length; a chunked body is checked when it lands).
+   */
+  const admitPut = (accountId: string, declaredBytes: number, clipCredits: number) =>
+    Effect.gen(function*() {
+      const wallet = yield* ledger.wallet(accountId)
+      if (wallet.monthly + wallet.topup >= clipCredits) return
+      const unpaid = yield* unpaidClips(accountId)
+      if (overBound(unpaid, 1, declaredBytes)) return yield* unpaidLimit(unpaid, declaredBytes)
+    })
 
-    /**
-     * Before a link is made, inside its transaction: the key's unused links and the account's
-     * unpaid clips must leave room.
-     */
-    const admitLink = (accountId: string, keyId: string) =>
-      Effect.gen(function*() {
-        yield* sql`SELECT pg_advisory_xact_lock(${pendingLinksLock}, hashtext(${keyId}))`
-        const pending = yield* repo.pendingLinks({ keyId, now: yield* currentDate })
-        if (pending.links >= config.pendingUploadsPerKey) {
-          yield* retryAfter(pending.freesInSec)
-          return yield* new TooManyPendingUploads({
-            message: `This key holds ${pending.links} unused upload links, the most allowed: ` +
-              `upload to them, or retry after the oldest expires.`
-          })
-        }
-        const unpaid = yield* unpaidClips(accountId)
-        if (overBound(unpaid, 1, 0) || unpaid.bytes >= config.unpaidMaxBytes) return yield* unpaidLimit(unpaid, 0)
-      })
+  /**
+   * When a clip has landed unpaid, inside the landing transaction (the clip itself already
+   * counted): fails when the account now keeps more than allowed, which rolls the landing back.
+   */
+  const checkLandedUnpaid = (accountId: string) =>
+    Effect.gen(function*() {
+      yield* sql`SELECT pg_advisory_xact_lock(${unpaidClipsLock}, hashtext(${accountId}))`
+      const unpaid = yield* unpaidClips(accountId)
+      if (overBound(unpaid, 0, 0)) return yield* unpaidLimit(unpaid, 0)
+    })
 
-    /**
-     * Before a PUT streams: a wallet that cannot pay would make this clip unpaid, so it must fit
-     * beside the unpaid ones (by its declared length; a chunked body is checked when it lands).
-     */
-    const admitPut = (accountId: string, declaredBytes: number, clipCredits: number) =>
-      Effect.gen(function*() {
-        const wallet = yield* ledger.wallet(accountId)
-        if (wallet.monthly + wallet.topup >= clipCredits) return
-        const unpaid = yield* unpaidClips(accountId)
-        if (overBound(unpaid, 1, declaredBytes)) return yield* unpaidLimit(unpaid, declaredBytes)
-      })
+  return { admitLink, admitPut, checkLandedUnpaid } as const
+})
 
-    /**
-     * When a clip has landed unpaid, inside the landing transaction (the clip itself already
-     * counted): fails when the account now keeps more than allowed, which rolls the landing back.
-     */
-    const checkLandedUnpaid = (accountId: string) =>
-      Effect.gen(function*() {
-        yield* sql`SELECT pg_advisory_xact_lock(${unpaidClipsLock}, hashtext(${accountId}))`
-        const unpaid = yield* unpaidClips(accountId)
-        if (overBound(unpaid, 0, 0)) return yield* unpaidLimit(unpaid, 0)
-      })
-
-    return { admitLink, admitPut, checkLandedUnpaid } as const
-  }),
-  dependencies: [Ledger.Default, UploadsRepo.Default]
-}) {}
+export class UploadQuotas extends Context.Service<UploadQuotas, Effect.Success<typeof make>>()("hookline/UploadQuotas") {
+  static readonly layer = Layer.effect(UploadQuotas, make).pipe(Layer.provide([Ledger.layer, UploadsRepo.layer]))
+}

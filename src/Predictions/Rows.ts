@@ -19,10 +19,10 @@ export const PredictionRow = Schema.Struct({
   result: Schema.NullOr(StoredResult),
   error_type: Schema.NullOr(PredictionErrorType),
   error_message: Schema.NullOr(Schema.String),
-  created_at: Schema.DateFromSelf,
-  completed_at: Schema.NullOr(Schema.DateFromSelf),
+  created_at: Schema.Date,
+  completed_at: Schema.NullOr(Schema.Date),
   upload_id: Schema.String,
-  upload_status: Schema.Literal("pending", "receiving", "received", "expired")
+  upload_status: Schema.Literals(["pending", "receiving", "received", "expired"])
 })
 export type PredictionRow = typeof PredictionRow.Type
 
@@ -30,7 +30,7 @@ export const UploadRow = Schema.Struct({
   id: Schema.String,
   prediction_id: Schema.String,
   account_id: Schema.String,
-  status: Schema.Literal("pending", "receiving", "received", "expired"),
+  status: Schema.Literals(["pending", "receiving", "received", "expired"]),
   blob_key: Schema.NullOr(Schema.String),
   expired: Schema.Boolean
 })

@@ -21,7 +21,7 @@
  * and the clip fails with analysis_failed), only the end of stderr is kept, and every run has
  * ANALYSIS_TIMEOUT.
  */
-import { Data, Duration, Effect, Schema } from "effect"
+import { Context, Data, Duration, Effect, Layer, Schema } from "effect"
 import type { Band } from "./Domain.js"
 import { bandOf, type OpeningFeatures } from "./BandModel.js"
 import { ScorerConfig } from "./Config.js"
@@ -52,11 +52,10 @@ export interface ClipScorerApi {
 // ---------------------------------------------------------------------------------------------
 // Reading the tools' output
 
-const NumberString = Schema.Union(Schema.NumberFromString, Schema.Number)
+const NumberString = Schema.Union([Schema.NumberFromString, Schema.Number])
 
 const ProbeOutput = Schema.Struct({
-  streams: Schema.optionalWith(
-    Schema.Array(Schema.Struct({
+  streams: Schema.Array(Schema.Struct({
       index: Schema.Number,
       codec_type: Schema.optional(Schema.String),
       codec_name: Schema.optional(Schema.String),
@@ -65,9 +64,7 @@ const ProbeOutput = Schema.Struct({
       duration: Schema.optional(NumberString),
       avg_frame_rate: Schema.optional(Schema.String),
       disposition: Schema.optional(Schema.Struct({ attached_pic: Schema.optional(Schema.Number) }))
-    })),
-    { default: () => [] }
-  ),
+    })).pipe(Schema.withDecodingDefault(Effect.succeed([]))),
   format: Schema.optional(Schema.Struct({
     format_name: Schema.optional(Schema.String),
     duration: Schema.optional(NumberString)
@@ -175,7 +172,7 @@ const probe = (run: Run, path: string, tool: string) =>
       yield* Effect.logDebug("ffprobe refused the file").pipe(Effect.annotateLogs("stderr", result.stderr.slice(0, 500)))
       return yield* unreadable
     }
-    return yield* Schema.decodeUnknown(Schema.parseJson(ProbeOutput))(result.stdout).pipe(Effect.mapError(() => unreadable))
+    return yield* Schema.decodeUnknownEffect(Schema.fromJsonString(ProbeOutput))(result.stdout).pipe(Effect.mapError(() => unreadable))
   })
 
 const measureDuration = (run: Run, path: string, tool: string, probed: ProbeOutput, videoIndex: number) =>
@@ -215,69 +212,73 @@ const analyse = (run: Run, ffmpeg: string, clip: string, streams: { video: numbe
     })
   })
 
-export class ClipScorer extends Effect.Service<ClipScorer>()("hookline/ClipScorer", {
-  effect: Effect.gen(function*() {
-    const config = yield* ScorerConfig
-    const ffprobe = yield* locateTool(config.ffprobePath, "ffprobe")
-    const ffmpeg = yield* locateTool(config.ffmpegPath, "ffmpeg")
-    if (ffprobe === null || ffmpeg === null) {
-      yield* Effect.logError("ffmpeg/ffprobe not found: set FFMPEG_PATH and FFPROBE_PATH or install ffmpeg; clips will fail with analysis_failed")
-    }
-    const timeoutSec = Duration.toSeconds(config.analysisTimeout)
-    const maxDurationSec = Duration.toSeconds(config.maxClipDuration)
+/** The default scorer: ffprobe and ffmpeg on the clip's local file. */
+const make = Effect.gen(function*() {
+  const config = yield* ScorerConfig
+  const ffprobe = yield* locateTool(config.ffprobePath, "ffprobe")
+  const ffmpeg = yield* locateTool(config.ffmpegPath, "ffmpeg")
+  if (ffprobe === null || ffmpeg === null) {
+    yield* Effect.logError("ffmpeg/ffprobe not found: set FFMPEG_PATH and FFPROBE_PATH or install ffmpeg; clips will fail with analysis_failed")
+  }
+  const timeoutSec = Duration.toSeconds(config.analysisTimeout)
+  const maxDurationSec = Duration.toSeconds(config.maxClipDuration)
 
-    const run: Run = (command, durationSec) =>
-      runProcess(command, config.analysisTimeout, config.maxOutputBytes).pipe(
-        Effect.catchTags({
-          ProcessTimeout: () =>
-            Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)),
-          OutputTooLarge: () =>
-            Effect.fail(failure("analysis_failed", "The analysis produced more output than allowed for one clip.", durationSec))
-        })
-      )
+  const run: Run = (command, durationSec) =>
+    runProcess(command, config.analysisTimeout, config.maxOutputBytes).pipe(
+      Effect.catchTags({
+        ProcessTimeout: () =>
+          Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)),
+        OutputTooLarge: () =>
+          Effect.fail(failure("analysis_failed", "The analysis produced more output than allowed for one clip.", durationSec))
+      })
+    )
 
-    const score = (clip: { readonly path: string }): Effect.Effect<ClipScore, ScoreFailure> =>
-      Effect.gen(function*() {
-        if (ffprobe === null || ffmpeg === null) {
-          return yield* failure("analysis_failed", "The media analyser is not available on this server.")
+  const score = (clip: { readonly path: string }): Effect.Effect<ClipScore, ScoreFailure> =>
+    Effect.gen(function*() {
+      if (ffprobe === null || ffmpeg === null) {
+        return yield* failure("analysis_failed", "The media analyser is not available on this server.")
+      }
+      const probed = yield* probe(run, clip.path, ffprobe)
+      const container = probed.format?.format_name ?? ""
+      if (!/\b(mov|mp4|webm)\b/.test(container)) {
+        return yield* failure("unsupported_media", "The file is not an MP4, MOV or WebM video.")
+      }
+      const video = probed.streams.find(isVideoStream)
+      if (video === undefined) return yield* failure("unsupported_media", "The file has no video stream.")
+      const durationSec = yield* measureDuration(run, clip.path, ffprobe, probed, video.index)
+      if (durationSec === null) return yield* failure("unsupported_media", "The video stream holds no frames.")
+      if (durationSec > maxDurationSec) {
+        return yield* failure(
+          "clip_too_long",
+          `The clip lasts ${Math.round(durationSec)} seconds; at most ${maxDurationSec} are scored.`,
+          round3(durationSec)
+        )
+      }
+      const audio = probed.streams.find((s) => s.codec_type === "audio")
+      const streams = { video: video.index, audio: audio?.index ?? null }
+      const opening = yield* analyse(run, ffmpeg, clip.path, streams, config, round3(durationSec))
+      return {
+        band: bandOf(opening),
+        hookDurationSec: opening.hookDurationSec,
+        durationSec: round3(durationSec),
+        category: null,
+        features: {
+          container: container.includes("webm") ? "webm" : "mp4/mov",
+          video_codec: video.codec_name ?? null,
+          width: video.width ?? null,
+          height: video.height ?? null,
+          frames_analysed: opening.frames,
+          motion: opening.motion,
+          loudness_lufs: opening.loudnessLufs
         }
-        const probed = yield* probe(run, clip.path, ffprobe)
-        const container = probed.format?.format_name ?? ""
-        if (!/\b(mov|mp4|webm)\b/.test(container)) {
-          return yield* failure("unsupported_media", "The file is not an MP4, MOV or WebM video.")
-        }
-        const video = probed.streams.find(isVideoStream)
-        if (video === undefined) return yield* failure("unsupported_media", "The file has no video stream.")
-        const durationSec = yield* measureDuration(run, clip.path, ffprobe, probed, video.index)
-        if (durationSec === null) return yield* failure("unsupported_media", "The video stream holds no frames.")
-        if (durationSec > maxDurationSec) {
-          return yield* failure(
-            "clip_too_long",
-            `The clip lasts ${Math.round(durationSec)} seconds; at most ${maxDurationSec} are scored.`,
-            round3(durationSec)
-          )
-        }
-        const audio = probed.streams.find((s) => s.codec_type === "audio")
-        const streams = { video: video.index, audio: audio?.index ?? null }
-        const opening = yield* analyse(run, ffmpeg, clip.path, streams, config, round3(durationSec))
-        return {
-          band: bandOf(opening),
-          hookDurationSec: opening.hookDurationSec,
-          durationSec: round3(durationSec),
-          category: null,
-          features: {
-            container: container.includes("webm") ? "webm" : "mp4/mov",
-            video_codec: video.codec_name ?? null,
-            width: video.width ?? null,
-            height: video.height ?? null,
-            frames_analysed: opening.frames,
-            motion: opening.motion,
-            loudness_lufs: opening.loudnessLufs
-          }
-        }
-      }).pipe(Effect.withSpan("ClipScorer.score"))
+      }
+    }).pipe(Effect.withSpan("ClipScorer.score"))
 
-    const api: ClipScorerApi = { score }
-    return api
-  })
-}) {}
+  const api: ClipScorerApi = { score }
+  return api
+})
+
+/** Swappable: a model service, or a test's fake, takes its place as another Layer. */
+export class ClipScorer extends Context.Service<ClipScorer, ClipScorerApi>()("hookline/ClipScorer") {
+  static readonly layer = Layer.effect(ClipScorer, make)
+}

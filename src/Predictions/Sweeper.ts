@@ -18,8 +18,8 @@
  * An object under a link that was already used (S3 takes a presigned PUT again until the link
  * expires), expired or unknown is deleted.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect, Layer, Option, Schedule } from "effect"
+import { Context, Effect, Layer, Option, Schedule } from "effect"
+import { SqlClient } from "effect/sql"
 import { orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
 import { PredictionJobs, sweepBatch } from "./Jobs.js"
@@ -33,87 +33,91 @@ import { UploadsRepo } from "./UploadsRepo.js"
 const uploadsFolder = "uploads/"
 const uploadKey = /^uploads\/upl_[0-9a-f]{32}$/
 
-export class PredictionsSweeper extends Effect.Service<PredictionsSweeper>()("hookline/PredictionsSweeper", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const repo = yield* UploadsRepo
-    const jobs = yield* PredictionJobs
-    const uploads = yield* PredictionUploads
-    const blobs = yield* BlobStore
-    const config = jobs.config
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const repo = yield* UploadsRepo
+  const jobs = yield* PredictionJobs
+  const uploads = yield* PredictionUploads
+  const blobs = yield* BlobStore
+  const config = jobs.config
 
-    const objectArrived = (blobKey: string | null) =>
-      uploads.presigned && blobKey !== null ? Effect.map(blobs.size(blobKey), Option.isSome) : Effect.succeed(false)
+  const objectArrived = (blobKey: string | null) =>
+    uploads.presigned && blobKey !== null ? Effect.map(blobs.size(blobKey), Option.isSome) : Effect.succeed(false)
 
-    const expireLinks = Effect.gen(function*() {
-      for (const upload of yield* repo.findLinksDue({ before: yield* currentDate, limit: sweepBatch })) {
-        // A presigned PUT may have finished just before the link ran out, unseen by the watcher yet.
-        if (yield* objectArrived(upload.blob_key)) {
-          yield* uploads.landStoredObject(upload.id)
-          continue
+  const expireLinks = Effect.gen(function*() {
+    for (const upload of yield* repo.findLinksDue({ before: yield* currentDate, limit: sweepBatch })) {
+      // A presigned PUT may have finished just before the link ran out, unseen by the watcher yet.
+      if (yield* objectArrived(upload.blob_key)) {
+        yield* uploads.landStoredObject(upload.id)
+        continue
+      }
+      const expired = yield* Effect.gen(function*() {
+        const link = yield* repo.expireLink({ id: upload.id, now: yield* currentDate })
+        if (Option.isNone(link)) return null
+        const message = "The upload link expired before a file arrived."
+        yield* jobs.finish(link.value.prediction_id, failedWith("upload_expired", message), { _tag: "AwaitingUpload" })
+        return link.value.prediction_id
+      }).pipe(sql.withTransaction)
+      if (expired !== null) yield* jobs.discardBlob(expired)
+    }
+  })
+
+  const releaseStalledReceives = Effect.gen(function*() {
+    const startedBefore = yield* dateBefore(config.uploadReceiveTimeout)
+    for (const upload of yield* repo.findStalledReceives({ before: startedBefore, limit: sweepBatch })) {
+      // The partial file goes first, while no other PUT can be writing it.
+      if (upload.blob_key !== null) yield* blobs.remove(upload.blob_key)
+      // A presigned landing that died mid-copy may have left part of the job's copy.
+      if (uploads.presigned) yield* blobs.remove(jobBlobKey(upload.prediction_id))
+      yield* Effect.gen(function*() {
+        const released = yield* repo.releaseStalledReceive({ id: upload.id, startedBefore, now: yield* currentDate })
+        if (Option.isSome(released) && released.value.status === "expired") {
+          const message = "The upload link expired before a complete file arrived."
+          yield* jobs.finish(released.value.prediction_id, failedWith("upload_expired", message), { _tag: "AwaitingUpload" })
         }
-        const expired = yield* Effect.gen(function*() {
-          const link = yield* repo.expireLink({ id: upload.id, now: yield* currentDate })
-          if (Option.isNone(link)) return null
-          const message = "The upload link expired before a file arrived."
-          yield* jobs.finish(link.value.prediction_id, failedWith("upload_expired", message), { _tag: "AwaitingUpload" })
-          return link.value.prediction_id
-        }).pipe(sql.withTransaction)
-        if (expired !== null) yield* jobs.discardBlob(expired)
-      }
-    })
+      }).pipe(sql.withTransaction)
+    }
+  })
 
-    const releaseStalledReceives = Effect.gen(function*() {
-      const startedBefore = yield* dateBefore(config.uploadReceiveTimeout)
-      for (const upload of yield* repo.findStalledReceives({ before: startedBefore, limit: sweepBatch })) {
-        // The partial file goes first, while no other PUT can be writing it.
-        if (upload.blob_key !== null) yield* blobs.remove(upload.blob_key)
-        // A presigned landing that died mid-copy may have left part of the job's copy.
-        if (uploads.presigned) yield* blobs.remove(jobBlobKey(upload.prediction_id))
-        yield* Effect.gen(function*() {
-          const released = yield* repo.releaseStalledReceive({ id: upload.id, startedBefore, now: yield* currentDate })
-          if (Option.isSome(released) && released.value.status === "expired") {
-            const message = "The upload link expired before a complete file arrived."
-            yield* jobs.finish(released.value.prediction_id, failedWith("upload_expired", message), { _tag: "AwaitingUpload" })
-          }
-        }).pipe(sql.withTransaction)
-      }
-    })
+  const step = <R>(name: string, effect: Effect.Effect<void, unknown, R>) =>
+    effect.pipe(Effect.catchCause((cause) => Effect.logError(`predictions sweep: ${name} failed`, cause)))
 
-    const step = (name: string, effect: Effect.Effect<void, unknown>) =>
-      effect.pipe(Effect.catchAllCause((cause) => Effect.logError(`predictions sweep: ${name} failed`, cause)))
+  /** One pass of every sweep; a step that fails is logged and the others still run. */
+  const sweep = Effect.all([
+    step("expire links", orDieOnDb(expireLinks)),
+    step("release stalled uploads", orDieOnDb(releaseStalledReceives)),
+    step("re-queue stalled jobs", jobs.requeueStalled),
+    step("expire queued jobs", jobs.expireQueued),
+    step("expire unpaid clips", jobs.expireUnpaid),
+    step("delete files", jobs.deleteLeftoverFiles)
+  ], { discard: true }).pipe(Effect.withSpan("Predictions.sweep"))
 
-    /** One pass of every sweep; a step that fails is logged and the others still run. */
-    const sweep = Effect.all([
-      step("expire links", orDieOnDb(expireLinks)),
-      step("release stalled uploads", orDieOnDb(releaseStalledReceives)),
-      step("re-queue stalled jobs", jobs.requeueStalled),
-      step("expire queued jobs", jobs.expireQueued),
-      step("expire unpaid clips", jobs.expireUnpaid),
-      step("delete files", jobs.deleteLeftoverFiles)
-    ], { discard: true }).pipe(Effect.withSpan("Predictions.sweep"))
+  /** Presigned mode: lands the objects of pending links, deletes objects no link may keep. */
+  const watchPresigned = Effect.gen(function*() {
+    const keys = (yield* blobs.list(uploadsFolder)).filter((key) => uploadKey.test(key))
+    if (keys.length === 0) return
+    const known = yield* repo.findByIds(keys.map((key) => key.slice(uploadsFolder.length)))
+    const byId = new Map(known.map((upload) => [upload.id, upload]))
+    for (const key of keys) {
+      const upload = byId.get(key.slice(uploadsFolder.length))
+      if (upload?.status === "pending") yield* uploads.landStoredObject(upload.id)
+      // Being landed right now, or the job's own file (proxy mode keeps it here): left alone.
+      else if (upload?.status !== "receiving" && upload?.blob_key !== key) yield* blobs.remove(key)
+    }
+  }).pipe((effect) => step("watch presigned uploads", effect))
 
-    /** Presigned mode: lands the objects of pending links, deletes objects no link may keep. */
-    const watchPresigned = Effect.gen(function*() {
-      const keys = (yield* blobs.list(uploadsFolder)).filter((key) => uploadKey.test(key))
-      if (keys.length === 0) return
-      const known = yield* repo.findByIds(keys.map((key) => key.slice(uploadsFolder.length)))
-      const byId = new Map(known.map((upload) => [upload.id, upload]))
-      for (const key of keys) {
-        const upload = byId.get(key.slice(uploadsFolder.length))
-        if (upload?.status === "pending") yield* uploads.landStoredObject(upload.id)
-        // Being landed right now, or the job's own file (proxy mode keeps it here): left alone.
-        else if (upload?.status !== "receiving" && upload?.blob_key !== key) yield* blobs.remove(key)
-      }
-    }).pipe((effect) => step("watch presigned uploads", effect))
+  return { sweep, watchPresigned, presigned: uploads.presigned, watchInterval: blobs.watchInterval, config } as const
+})
 
-    return { sweep, watchPresigned, presigned: uploads.presigned, watchInterval: blobs.watchInterval, config } as const
-  }),
-  dependencies: [UploadsRepo.Default, PredictionJobs.Default, PredictionUploads.Default, BlobStore.Default]
-}) {}
+export class PredictionsSweeper extends Context.Service<PredictionsSweeper, Effect.Success<typeof make>>()("hookline/PredictionsSweeper") {
+  static readonly layerWithoutDependencies = Layer.effect(PredictionsSweeper, make)
+  static readonly layer = PredictionsSweeper.layerWithoutDependencies.pipe(
+    Layer.provide([UploadsRepo.layer, PredictionJobs.layer, PredictionUploads.layer, BlobStore.layer])
+  )
+}
 
 /** The sweeper's schedule, and in presigned mode the watcher's. */
-export const PredictionsSweeperLive = Layer.scopedDiscard(
+export const PredictionsSweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const sweeper = yield* PredictionsSweeper
     yield* sweeper.sweep.pipe(Effect.repeat(Schedule.spaced(sweeper.config.sweepInterval)), Effect.forkScoped)
@@ -121,4 +125,4 @@ export const PredictionsSweeperLive = Layer.scopedDiscard(
       yield* sweeper.watchPresigned.pipe(Effect.repeat(Schedule.spaced(sweeper.watchInterval)), Effect.forkScoped)
     }
   })
-).pipe(Layer.provide(PredictionsSweeper.Default))
+).pipe(Layer.provide(PredictionsSweeper.layer))

@@ -64,7 +64,7 @@ export const runProcess = (command: ReadonlyArray<string>, timeout: Duration.Dur
             ? Effect.fail(new OutputTooLarge())
             : Effect.succeed<ProcessResult>({ exitCode, stdout, stderr })
         ),
-        Effect.timeoutFail({ duration: timeout, onTimeout: () => new ProcessTimeout() })
+        Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.fail(new ProcessTimeout()) })
       ),
     (child) => Effect.sync(() => {
       if (child.exitCode === null) child.kill("SIGKILL")

@@ -6,8 +6,8 @@
  * (retry start picks it up). The HTTP side (headers, the request body) is Http.ts's: this
  * service takes the body as a stream and what the headers declared as arguments.
  */
-import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Either, Exit, Option, Stream } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Option, Result, Stream } from "effect"
+import { SqlClient } from "effect/sql"
 import type { Caller } from "../Auth/Api.js"
 import { publicBaseUrl, ServerConfig } from "../Config.js"
 import { NotFound, UploadAlreadyUsed, UploadExpired, type ValidationFailed } from "../Errors.js"
@@ -77,7 +77,7 @@ const dependencies = Effect.gen(function*() {
     server: yield* ServerConfig
   } as const
 })
-type Dependencies = Effect.Effect.Success<typeof dependencies>
+type Dependencies = Effect.Success<typeof dependencies>
 
 /** A link made, with its job awaiting_upload. */
 const links = ({ blobs, config, quotas, repo, server, sql }: Dependencies) => {
@@ -90,7 +90,7 @@ const links = ({ blobs, config, quotas, repo, server, sql }: Dependencies) => {
       const now = yield* currentDate
       const expiresAt = new Date(now.getTime() + Duration.toMillis(config.uploadLinkTtl))
       yield* quotas.admitLink(caller.accountId, caller.keyId).pipe(
-        Effect.zipRight(repo.createUploadLink({
+        Effect.andThen(repo.createUploadLink({
           predictionId,
           uploadId,
           accountId: caller.accountId,
@@ -129,16 +129,16 @@ const landing = ({ jobs, quotas, repo, signal, sql }: Dependencies) => {
     Effect.gen(function*() {
       const queued = yield* Effect.gen(function*() {
         const landed = yield* repo.landUpload({ id: upload.id, ...stored, now: yield* currentDate })
-        if (!landed) return yield* Effect.dieMessage(`Upload ${upload.id} was released while its file landed`)
+        if (!landed) return yield* Effect.die(new Error(`Upload ${upload.id} was released while its file landed`))
         const consumed = yield* jobs.queueLanded(upload.predictionId, requestId)
         if (Option.isNone(consumed)) return false
-        if (Either.isLeft(consumed.value.reserved)) {
+        if (Result.isFailure(consumed.value.reserved)) {
           yield* quotas.checkLandedUnpaid(consumed.value.accountId)
           yield* Effect.logInfo("clip landed while credits were short; job stays awaiting_upload").pipe(
             Effect.annotateLogs({ prediction_id: upload.predictionId })
           )
         }
-        return Either.isRight(consumed.value.reserved)
+        return Result.isSuccess(consumed.value.reserved)
       }).pipe(sql.withTransaction)
       if (queued) yield* signal.wake
     }).pipe(Effect.uninterruptible)
@@ -148,7 +148,7 @@ const landing = ({ jobs, quotas, repo, signal, sql }: Dependencies) => {
     Effect.gen(function*() {
       yield* repo.landUpload({ id: upload.id, ...stored, now: yield* currentDate })
       yield* jobs.finish(upload.predictionId, failedWith(type, message), { _tag: "AwaitingUpload" })
-    }).pipe(sql.withTransaction, orDieOnDb, Effect.zipRight(jobs.discardBlob(upload.predictionId)))
+    }).pipe(sql.withTransaction, orDieOnDb, Effect.andThen(jobs.discardBlob(upload.predictionId)))
 
   return { land, failLanded }
 }
@@ -199,7 +199,7 @@ const puts = ({ blobs, config, quotas, repo }: Dependencies, { land }: ReturnTyp
       )
       yield* land(upload, stored, requestId).pipe(
         // Over the unpaid bound: the file goes and the link can take it again once credits arrive.
-        Effect.tapError(() => blobs.remove(blobKey).pipe(Effect.zipRight(repo.releaseClaim(upload.id))))
+        Effect.tapError(() => blobs.remove(blobKey).pipe(Effect.andThen(repo.releaseClaim(upload.id))))
       )
       return { object: "upload", upload_id: upload.id, status: "received" } satisfies typeof UploadReceipt.Type
     }).pipe(orDieOnDb, traced("Predictions.receiveUpload"))
@@ -216,10 +216,10 @@ const presignedObjects = ({ blobs, config, repo }: Dependencies, { failLanded, l
       const stored = yield* blobs.put(jobKey, checked.stream)
       return { kind: checked.kind, sizeBytes: stored.sizeBytes, blobKey: jobKey }
     })).pipe(
-      Effect.either,
+      Effect.result,
       // The bucket failed mid-copy: the link is released and the watcher tries again.
       Effect.onExit((exit) =>
-        Exit.isSuccess(exit) ? Effect.void : blobs.remove(jobKey).pipe(Effect.zipRight(repo.releaseClaim(uploadId))))
+        Exit.isSuccess(exit) ? Effect.void : blobs.remove(jobKey).pipe(Effect.andThen(repo.releaseClaim(uploadId))))
     )
 
   /**
@@ -239,14 +239,14 @@ const presignedObjects = ({ blobs, config, repo }: Dependencies, { failLanded, l
       const copied = yield* copyToJob(uploadedKey, jobBlobKey(prediction_id), id)
       yield* blobs.remove(uploadedKey)
       const upload = { id, predictionId: prediction_id }
-      if (Either.isLeft(copied)) {
+      if (Result.isFailure(copied)) {
         // The PUT's own 415 says to upload again; a job's error says what the file was.
-        const message = copied.left._tag === "UnsupportedMediaType" ? "The file is not an MP4, MOV or WebM video." : copied.left.message
+        const message = copied.failure._tag === "UnsupportedMediaType" ? "The file is not an MP4, MOV or WebM video." : copied.failure.message
         return yield* failLanded(upload, { sizeBytes: size.value, kind: null, blobKey: uploadedKey }, "unsupported_media", message)
       }
-      const landed = yield* Effect.either(land(upload, copied.right, null))
-      if (Either.isLeft(landed)) {
-        yield* failLanded(upload, copied.right, "expired",
+      const landed = yield* Effect.result(land(upload, copied.success, null))
+      if (Result.isFailure(landed)) {
+        yield* failLanded(upload, copied.success, "expired",
           "The clip landed while credits were short, and this account already keeps as many clips waiting for credits as allowed.")
       }
     }).pipe(orDieOnDb)
@@ -254,17 +254,21 @@ const presignedObjects = ({ blobs, config, repo }: Dependencies, { failLanded, l
   return { landStoredObject }
 }
 
-export class PredictionUploads extends Effect.Service<PredictionUploads>()("hookline/PredictionUploads", {
-  effect: Effect.gen(function*() {
-    const deps = yield* dependencies
-    const landed = landing(deps)
-    return {
-      config: deps.config,
-      presigned: Option.isSome(deps.blobs.presignedPut),
-      ...links(deps),
-      ...puts(deps, landed),
-      ...presignedObjects(deps, landed)
-    } as const
-  }),
-  dependencies: [UploadsRepo.Default, PredictionJobs.Default, BlobStore.Default, UploadQuotas.Default, WorkSignal.Default]
-}) {}
+const make = Effect.gen(function*() {
+  const deps = yield* dependencies
+  const landed = landing(deps)
+  return {
+    config: deps.config,
+    presigned: Option.isSome(deps.blobs.presignedPut),
+    ...links(deps),
+    ...puts(deps, landed),
+    ...presignedObjects(deps, landed)
+  } as const
+})
+
+export class PredictionUploads extends Context.Service<PredictionUploads, Effect.Success<typeof make>>()("hookline/PredictionUploads") {
+  static readonly layerWithoutDependencies = Layer.effect(PredictionUploads, make)
+  static readonly layer = PredictionUploads.layerWithoutDependencies.pipe(
+    Layer.provide([UploadsRepo.layer, PredictionJobs.layer, BlobStore.layer, UploadQuotas.layer, WorkSignal.layer])
+  )
+}

@@ -8,13 +8,13 @@
  *
  * Times come from the caller (Effect's Clock), never from the database's now().
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { moved, UploadRow } from "./Rows.js"
 
-const Now = Schema.DateFromSelf
-const UploadStatus = Schema.Literal("pending", "receiving", "received", "expired")
+const Now = Schema.Date
+const UploadStatus = Schema.Literals(["pending", "receiving", "received", "expired"])
 
 export const NewUploadLink = Schema.Struct({
   predictionId: Schema.String,
@@ -46,7 +46,7 @@ const linkStatements = (sql: SqlClient.SqlClient) => {
     execute: (link) =>
       sql`INSERT INTO predictions (id, account_id, key_id, status, created_at)
           VALUES (${link.predictionId}, ${link.accountId}, ${link.keyId}, 'awaiting_upload', ${link.now})`.pipe(
-        Effect.zipRight(sql`
+        Effect.andThen(sql`
           INSERT INTO uploads (id, prediction_id, account_id, key_id, token_hash, expires_at, blob_key, created_at)
           VALUES (${link.uploadId}, ${link.predictionId}, ${link.accountId}, ${link.keyId}, ${link.tokenHash},
                   ${link.expiresAt}, ${link.blobKey}, ${link.now})`)
@@ -54,7 +54,7 @@ const linkStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** A link dies with its key or a suspended account, as well as with time. */
-  const findByToken = SqlSchema.findOne({
+  const findByToken = SqlSchema.findOneOption({
     Request: Schema.Struct({ tokenHash: Schema.String, now: Now }),
     Result: UploadRow,
     execute: ({ now, tokenHash }) =>
@@ -65,7 +65,7 @@ const linkStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** pending → receiving, before a byte is stored: of two PUTs at once exactly one streams. */
-  const claimByToken = SqlSchema.findOne({
+  const claimByToken = SqlSchema.findOneOption({
     Request: Schema.Struct({ tokenHash: Schema.String, now: Now }),
     Result: Schema.Struct({ id: Schema.String }),
     execute: ({ now, tokenHash }) =>
@@ -75,7 +75,7 @@ const linkStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** Presigned uploads: pending → receiving for a link whose object is in the bucket. */
-  const claimStoredObject = SqlSchema.findOne({
+  const claimStoredObject = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, now: Now }),
     Result: Schema.Struct({ id: Schema.String, prediction_id: Schema.String, blob_key: Schema.String }),
     execute: ({ id, now }) =>
@@ -85,7 +85,7 @@ const linkStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** receiving → received, the file complete under `blobKey`. */
-  const landUpload = SqlSchema.findOne({
+  const landUpload = SqlSchema.findOneOption({
     Request: Landing,
     Result: Schema.Struct({ id: Schema.String }),
     execute: (landing) =>
@@ -123,7 +123,7 @@ const sweepStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** pending → expired, once its time is up; returns the job to fail. */
-  const expireLink = SqlSchema.findOne({
+  const expireLink = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, now: Now }),
     Result: Schema.Struct({ prediction_id: Schema.String }),
     execute: ({ id, now }) =>
@@ -140,7 +140,7 @@ const sweepStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** receiving → pending (or expired when its time is up): the PUT's process died mid-stream. */
-  const releaseStalledReceive = SqlSchema.findOne({
+  const releaseStalledReceive = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, startedBefore: Now, now: Now }),
     Result: Schema.Struct({ status: UploadStatus, prediction_id: Schema.String }),
     execute: ({ id, now, startedBefore }) =>
@@ -199,7 +199,7 @@ const fileStatements = (sql: SqlClient.SqlClient) => {
 /** What UploadQuotas counts. */
 const quotaStatements = (sql: SqlClient.SqlClient) => {
   /** The key's unused, unexpired links, and seconds until the oldest expires. */
-  const pendingLinks = SqlSchema.single({
+  const pendingLinks = SqlSchema.findOne({
     Request: Schema.Struct({ keyId: Schema.String, now: Now }),
     Result: Schema.Struct({ links: Schema.Number, freesInSec: Schema.Number }),
     execute: ({ keyId, now }) =>
@@ -208,11 +208,11 @@ const quotaStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** The account's landed, unpaid clips, and seconds until the oldest is expired (kept `retentionSec`). */
-  const unpaidClips = SqlSchema.single({
+  const unpaidClips = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, retentionSec: Schema.Number, now: Now }),
     Result: Schema.Struct({ clips: Schema.Number, bytes: Schema.Number, freesInSec: Schema.Number }),
     execute: ({ accountId, now, retentionSec }) =>
-      sql`SELECT count(*)::int AS clips, COALESCE(sum(u.size_bytes), 0)::int8 AS bytes,
+      sql`SELECT count(*)::int AS clips, COALESCE(sum(u.size_bytes), 0)::float8 AS bytes,
                  COALESCE(EXTRACT(EPOCH FROM min(u.received_at) + make_interval(secs => ${retentionSec}) - ${now}::timestamptz), 0)::float8
                    AS "freesInSec"
             FROM predictions p JOIN uploads u ON u.prediction_id = p.id
@@ -222,12 +222,14 @@ const quotaStatements = (sql: SqlClient.SqlClient) => {
   return { pendingLinks, unpaidClips }
 }
 
-export class UploadsRepo extends Effect.Service<UploadsRepo>()("hookline/UploadsRepo", {
-  effect: Effect.map(SqlClient.SqlClient, (sql) =>
-    atRepoBoundary("UploadsRepo", {
-      ...linkStatements(sql),
-      ...sweepStatements(sql),
-      ...fileStatements(sql),
-      ...quotaStatements(sql)
-    }))
-}) {}
+const make = Effect.map(SqlClient.SqlClient, (sql) =>
+  atRepoBoundary("UploadsRepo", {
+    ...linkStatements(sql),
+    ...sweepStatements(sql),
+    ...fileStatements(sql),
+    ...quotaStatements(sql)
+  }))
+
+export class UploadsRepo extends Context.Service<UploadsRepo, Effect.Success<typeof make>>()("hookline/UploadsRepo") {
+  static readonly layer = Layer.effect(UploadsRepo, make)
+}

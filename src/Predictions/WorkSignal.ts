@@ -1,23 +1,25 @@
-import { Duration, Effect, Ref } from "effect"
+import { Context, Duration, Effect, Latch, Layer, Ref } from "effect"
+
+const make = Effect.gen(function*() {
+  const latch = yield* Latch.make(false)
+  const generation = yield* Ref.make(0)
+  return {
+    wake: Ref.update(generation, (n) => n + 1).pipe(Effect.andThen(latch.release), Effect.asVoid),
+    generation: Ref.get(generation),
+    /** Sleeps until a wake after `seen`, or `timeout`. */
+    waitAfter: (seen: number, timeout: Duration.Duration) =>
+      Effect.gen(function*() {
+        if ((yield* Ref.get(generation)) !== seen) return
+        yield* Effect.raceFirst(latch.await, Effect.sleep(timeout))
+      })
+  } as const
+})
 
 /**
  * Wakes this process's idle workers when a job is queued here; other processes hear of it
  * through LISTEN/NOTIFY (or their polling). A wake that comes while no worker waits is
  * remembered by the generation counter, so a worker about to sleep does not miss it.
  */
-export class WorkSignal extends Effect.Service<WorkSignal>()("hookline/WorkSignal", {
-  effect: Effect.gen(function*() {
-    const latch = yield* Effect.makeLatch(false)
-    const generation = yield* Ref.make(0)
-    return {
-      wake: Ref.update(generation, (n) => n + 1).pipe(Effect.zipRight(latch.release)),
-      generation: Ref.get(generation),
-      /** Sleeps until a wake after `seen`, or `timeout`. */
-      waitAfter: (seen: number, timeout: Duration.Duration) =>
-        Effect.gen(function*() {
-          if ((yield* Ref.get(generation)) !== seen) return
-          yield* Effect.raceFirst(latch.await, Effect.sleep(timeout))
-        })
-    } as const
-  })
-}) {}
+export class WorkSignal extends Context.Service<WorkSignal, Effect.Success<typeof make>>()("hookline/WorkSignal") {
+  static readonly layer = Layer.effect(WorkSignal, make)
+}

@@ -28,9 +28,9 @@ class LostClaim extends Data.TaggedError("LostClaim")<{}> {}
  * Scores a claimed job's clip: its outcome, never an error (a scorer's defect fails the job
  * with analysis_failed).
  */
-export const scoreJob = (blobs: BlobStore, scorer: ClipScorer) => (job: ClaimedJob): Effect.Effect<Outcome> =>
+export const scoreJob = (blobs: typeof BlobStore.Service, scorer: typeof ClipScorer.Service) => (job: ClaimedJob): Effect.Effect<Outcome> =>
   (job.blob_key === null
-    ? Effect.dieMessage(`Job ${job.id} has no stored file`)
+    ? Effect.die(new Error(`Job ${job.id} has no stored file`))
     : blobs.withLocalFile(job.blob_key, (path) => scorer.score({ path }))).pipe(
       Effect.map((score): Outcome => ({ status: "succeeded", score })),
       Effect.catchTag("ScoreFailure", (failure) =>
@@ -40,7 +40,7 @@ export const scoreJob = (blobs: BlobStore, scorer: ClipScorer) => (job: ClaimedJ
           message: failure.message,
           durationSec: failure.durationSec
         })),
-      Effect.catchAllDefect((defect) =>
+      Effect.catchDefect((defect) =>
         Effect.logError("clip analysis failed", Cause.die(defect)).pipe(
           Effect.as<Outcome>({
             status: "failed",
@@ -52,14 +52,14 @@ export const scoreJob = (blobs: BlobStore, scorer: ClipScorer) => (job: ClaimedJ
     )
 
 /** Jobs queued by any process wake this one's workers (LISTEN); a dropped connection is opened again. */
-const listenForQueuedJobs = (signal: WorkSignal) =>
+const listenForQueuedJobs = (signal: typeof WorkSignal.Service) =>
   listen(jobsChannel).pipe(
     Stream.runForEach(() => signal.wake),
-    Effect.catchAllCause((cause) => Effect.logWarning("LISTEN for queued jobs stopped; reconnecting", cause)),
+    Effect.catchCause((cause) => Effect.logWarning("LISTEN for queued jobs stopped; reconnecting", cause)),
     Effect.repeat(Schedule.spaced("1 second"))
   )
 
-export const WorkerLive = Layer.scopedDiscard(
+export const WorkerLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const jobs = yield* PredictionJobs
     const score = scoreJob(yield* BlobStore, yield* ClipScorer)
@@ -78,13 +78,13 @@ export const WorkerLive = Layer.scopedDiscard(
 
     /** Shutdown: the job goes straight back to the queue, this attempt not counted. */
     const handBack = (id: string) =>
-      jobs.handBack(id, workerId).pipe(Effect.catchAllCause((cause) => Effect.logWarning("could not hand a job back", cause)))
+      jobs.handBack(id, workerId).pipe(Effect.catchCause((cause) => Effect.logWarning("could not hand a job back", cause)))
 
     const work = (job: ClaimedJob) =>
       Effect.gen(function*() {
         const started = yield* Clock.currentTimeMillis
         const ran = (outcome: "succeeded" | "failed" | "lost") =>
-          Effect.zipRight(
+          Effect.andThen(
             Effect.annotateCurrentSpan("hookline.outcome", outcome),
             Effect.flatMap(Clock.currentTimeMillis, (now) => recordJobRun(outcome, (now - started) / 1000))
           )
@@ -96,7 +96,7 @@ export const WorkerLive = Layer.scopedDiscard(
           Effect.catchTag("LostClaim", () =>
             Effect.logWarning("lost the claim on a job; another worker has it").pipe(
               Effect.annotateLogs({ prediction_id: job.id }),
-              Effect.zipRight(ran("lost"))
+              Effect.andThen(ran("lost"))
             ))
         )
       }).pipe(
@@ -127,8 +127,8 @@ export const WorkerLive = Layer.scopedDiscard(
       while (true) {
         const seen = yield* signal.generation
         yield* drain.pipe(
-          Effect.catchAllCause((cause) =>
-            Effect.logError("worker iteration failed", cause).pipe(Effect.zipRight(Effect.sleep(config.pollInterval))))
+          Effect.catchCause((cause) =>
+            Effect.logError("worker iteration failed", cause).pipe(Effect.andThen(Effect.sleep(config.pollInterval))))
         )
         yield* signal.waitAfter(seen, config.pollInterval)
       }

@@ -1,19 +1,19 @@
 /** The account webhook contract (spec 2.9, 3.2, 4.11, 6). */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
 import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
 
 /** Every event type a webhook can receive. */
-export const EventType = Schema.Literal("prediction.succeeded", "prediction.failed", "wallet.low_balance", "wallet.depleted")
+export const EventType = Schema.Literals(["prediction.succeeded", "prediction.failed", "wallet.low_balance", "wallet.depleted"])
 export type EventType = typeof EventType.Type
 
 /** A webhook's event selection: event types, or "*" for all (also those added later). */
-export const EventSelection = Schema.Union(Schema.Literal("*"), EventType)
+export const EventSelection = Schema.Union([Schema.Literal("*"), EventType])
 
-export const DisabledReason = Schema.Literal("gone", "failing").annotations({
+export const DisabledReason = Schema.Literals(["gone", "failing"]).annotate({
   description: "Why Hookline disabled the webhook: `gone` (the endpoint answered 410 Gone) or `failing` (every " +
     "delivery failed for WEBHOOK_DISABLE_AFTER, 5 days by default). Null when enabled or disabled by DELETE or plan loss."
 })
@@ -22,79 +22,77 @@ export const Webhook = Schema.Struct({
   object: Schema.Literal("webhook"),
   url: Schema.NullOr(Schema.String),
   configured: Schema.Boolean,
-  events: Schema.Array(EventSelection).annotations({ description: "The event types sent; [\"*\"]: all." }),
+  events: Schema.Array(EventSelection).annotate({ description: "The event types sent; [\"*\"]: all." }),
   disabled_reason: Schema.NullOr(DisabledReason),
   disabled_at: Schema.NullOr(Timestamp)
-}).annotations({ identifier: "Webhook" })
+}).annotate({ identifier: "Webhook" })
 export type Webhook = typeof Webhook.Type
 
 export const WebhookSecret = Schema.Struct({
   ...Webhook.fields,
-  secret: Schema.optional(Schema.String)
-}).annotations({ identifier: "WebhookSecret" })
+  secret: Schema.optionalKey(Schema.String)
+}).annotate({ identifier: "WebhookSecret" })
 export type WebhookSecret = typeof WebhookSecret.Type
 
 export const WebhookTest = Schema.Struct({
   object: Schema.Literal("webhook_test"),
   delivered: Schema.Boolean,
-  status_code: Schema.NullOr(Schema.Number),
+  status_code: Schema.NullOr(Schema.Finite),
   event: Schema.Literal("prediction.succeeded")
-}).annotations({ identifier: "WebhookTest" })
+}).annotate({ identifier: "WebhookTest" })
 export type WebhookTest = typeof WebhookTest.Type
 
 export const SetWebhook = Schema.Struct({
   url: Schema.String,
-  events: Schema.optional(
-    Schema.NonEmptyArray(EventSelection).annotations({
+  events: Schema.optionalKey(
+    Schema.Array(EventSelection).check(Schema.isMinLength(1)).annotate({
       description: "Event types to receive, or [\"*\"] for all. Absent: all for a new webhook, unchanged otherwise."
     })
   )
-}).annotations({ ...strict, identifier: "SetWebhook" })
+}).annotate({ identifier: "SetWebhook" })
 
-export const DeliveryStatus = Schema.Literal("pending", "delivered", "failed")
+export const DeliveryStatus = Schema.Literals(["pending", "delivered", "failed"])
 export type DeliveryStatus = typeof DeliveryStatus.Type
 
 export const WebhookDelivery = Schema.Struct({
   object: Schema.Literal("webhook_delivery"),
   id: Schema.String,
-  event_id: Schema.String.annotations({ description: "The event's id, sent as webhook-id on every attempt (receivers dedupe by it)." }),
+  event_id: Schema.String.annotate({ description: "The event's id, sent as webhook-id on every attempt (receivers dedupe by it)." }),
   event_type: EventType,
   status: DeliveryStatus,
   attempts: Schema.Int,
-  last_status_code: Schema.NullOr(Schema.Int).annotations({ description: "The receiver's last HTTP status; null when no answer came." }),
-  last_error: Schema.NullOr(Schema.String).annotations({
+  last_status_code: Schema.NullOr(Schema.Int).annotate({ description: "The receiver's last HTTP status; null when no answer came." }),
+  last_error: Schema.NullOr(Schema.String).annotate({
     description: "Why the last attempt failed, in Hookline's words (status, timeout, connection, refused URL); never the receiver's body."
   }),
-  next_attempt_at: Schema.NullOr(Timestamp).annotations({ description: "When a pending delivery is next attempted." }),
+  next_attempt_at: Schema.NullOr(Timestamp).annotate({ description: "When a pending delivery is next attempted." }),
   created_at: Timestamp,
   completed_at: Schema.NullOr(Timestamp)
-}).annotations({ identifier: "WebhookDelivery" })
+}).annotate({ identifier: "WebhookDelivery" })
 export type WebhookDelivery = typeof WebhookDelivery.Type
 
 export const WebhookDeliveryList = ListOf(WebhookDelivery, "WebhookDeliveryList")
 export type WebhookDeliveryList = typeof WebhookDeliveryList.Type
 
 export const DeliveryParams = Schema.Struct({
-  status: Schema.optional(DeliveryStatus.annotations({ description: "Only deliveries in this status." })),
-  limit: Schema.optional(PageLimit),
-  cursor: Schema.optional(Cursor)
-}).annotations(strict)
+  status: Schema.optionalKey(DeliveryStatus.annotate({ description: "Only deliveries in this status." })),
+  limit: Schema.optionalKey(PageLimit),
+  cursor: Schema.optionalKey(Cursor)
+})
 export type DeliveryParams = typeof DeliveryParams.Type
 
-const deliveryIdParam = HttpApiSchema.param("id", Schema.String)
+const deliveryIdParams = { id: Schema.String }
 
 export class WebhooksApi extends HttpApiGroup.make("webhooks")
   .add(
-    HttpApiEndpoint.get("get", "/webhooks")
-      .addSuccess(Webhook)
+    HttpApiEndpoint.get("get", "/webhooks", { success: Webhook })
       .annotate(AccessRule, needs("webhooks:write", true))
       .annotate(OpenApi.Summary, "Get the webhook")
       .annotate(OpenApi.Description, "Costs 0. Stays available after plan loss. Needs webhooks:write.")
   )
   .add(
-    HttpApiEndpoint.put("set", "/webhooks")
-      .setPayload(SetWebhook)
-      .addSuccess(WebhookSecret)
+    HttpApiEndpoint.put("set", "/webhooks", { payload: SetWebhook, success: WebhookSecret })
+      .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(AccessRule, needs("webhooks:write"))
       .annotate(OpenApi.Summary, "Set the webhook URL")
       .annotate(
@@ -104,15 +102,13 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       )
   )
   .add(
-    HttpApiEndpoint.del("disable", "/webhooks")
-      .addSuccess(Webhook)
+    HttpApiEndpoint.delete("disable", "/webhooks", { success: Webhook })
       .annotate(AccessRule, needs("webhooks:write"))
       .annotate(OpenApi.Summary, "Disable the webhook")
       .annotate(OpenApi.Description, "Sets configured to false; url and secret are kept. Costs 0.")
   )
   .add(
-    HttpApiEndpoint.post("rotate", "/webhooks/rotate")
-      .addSuccess(WebhookSecret)
+    HttpApiEndpoint.post("rotate", "/webhooks/rotate", { success: WebhookSecret })
       .annotate(AccessRule, needs("webhooks:write"))
       .annotate(OpenApi.Summary, "Rotate the webhook secret")
       .annotate(
@@ -123,8 +119,7 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
-    HttpApiEndpoint.post("test", "/webhooks/test")
-      .addSuccess(WebhookTest)
+    HttpApiEndpoint.post("test", "/webhooks/test", { success: WebhookTest })
       .annotate(AccessRule, needs("webhooks:write"))
       .annotate(OpenApi.Summary, "Send a test event")
       .annotate(
@@ -134,10 +129,12 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
-    HttpApiEndpoint.get("deliveries", "/webhooks/deliveries")
-      .setUrlParams(DeliveryParams)
-      .addSuccess(WebhookDeliveryList)
-      .addError(InvalidCursorWire)
+    HttpApiEndpoint.get("deliveries", "/webhooks/deliveries", {
+      query: DeliveryParams,
+      success: WebhookDeliveryList,
+      error: InvalidCursorWire
+    })
+      .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(AccessRule, needs("webhooks:write", true))
       .annotate(OpenApi.Summary, "List webhook deliveries")
       .annotate(
@@ -148,15 +145,13 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       )
   )
   .add(
-    HttpApiEndpoint.get("delivery")`/webhooks/deliveries/${deliveryIdParam}`
-      .addSuccess(WebhookDelivery)
+    HttpApiEndpoint.get("delivery", "/webhooks/deliveries/:id", { params: deliveryIdParams, success: WebhookDelivery })
       .annotate(AccessRule, needs("webhooks:write", true))
       .annotate(OpenApi.Summary, "Get a webhook delivery")
       .annotate(OpenApi.Description, "404 for an id unknown to this account. Costs 0. Needs webhooks:write.")
   )
   .add(
-    HttpApiEndpoint.post("retryDelivery")`/webhooks/deliveries/${deliveryIdParam}/retry`
-      .addSuccess(WebhookDelivery)
+    HttpApiEndpoint.post("retryDelivery", "/webhooks/deliveries/:id/retry", { params: deliveryIdParams, success: WebhookDelivery })
       .annotate(AccessRule, needs("webhooks:write"))
       .annotate(OpenApi.Summary, "Retry a webhook delivery now")
       .annotate(

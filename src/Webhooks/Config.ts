@@ -3,57 +3,66 @@
  * (decisions.md, "Webhooks"). Durations accept the short form ("5s", "100ms", "2h") or
  * Effect's ("5 seconds").
  */
-import { Config, ConfigError, Duration, Either, Option } from "effect"
+import { Config, Duration, Effect, Option, Result, Schema, SchemaIssue } from "effect"
 
 const shortDuration = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/
 const unitMillis: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+
+const decodeEffectDuration = Schema.decodeUnknownOption(Schema.DurationFromString)
 
 /** "5s", "100ms", "2h", or any form Effect's Duration understands ("5 seconds"). */
 export const parseDuration = (text: string): Option.Option<Duration.Duration> => {
   const trimmed = text.trim()
   const short = shortDuration.exec(trimmed)
   if (short !== null) return Option.some(Duration.millis(Number(short[1]) * unitMillis[short[2]]))
-  return Duration.decodeUnknown(trimmed)
+  return decodeEffectDuration(trimmed)
 }
 
-const duration = (name: string, fallback: Duration.DurationInput) =>
-  Config.string(name).pipe(
-    Config.mapOrFail((text) =>
+/** A setting that is present but unreadable: the boot fails with this message. */
+const invalid = (message: string) =>
+  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
+
+const duration = (name: string, fallback: Duration.Duration) =>
+  Config.String(name).pipe(
+    Config.mapEffect((text) =>
       Option.match(parseDuration(text), {
-        onNone: () => Either.left(ConfigError.InvalidData([], `${name}: "${text}" is not a duration (e.g. 5s, 100ms, 2h)`)),
-        onSome: Either.right
+        onNone: () => invalid(`${name}: "${text}" is not a duration (e.g. 5s, 100ms, 2h)`),
+        onSome: Effect.succeed
       })
     ),
-    Config.withDefault(Duration.decode(fallback))
+    Config.withDefault(fallback)
   )
 
 /** Retry delays after each failed attempt; the delivery fails after the last one. */
 export const defaultRetrySchedule = "5s,5m,30m,2h,5h,10h,10h"
 
-export const parseRetrySchedule = (text: string): Either.Either<ReadonlyArray<Duration.Duration>, string> => {
+export const parseRetrySchedule = (text: string): Result.Result<ReadonlyArray<Duration.Duration>, string> => {
   const parts = text.split(",").map((part) => part.trim()).filter((part) => part !== "")
   const delays: Array<Duration.Duration> = []
   for (const part of parts) {
     const delay = parseDuration(part)
-    if (Option.isNone(delay)) return Either.left(`"${part}" is not a duration (e.g. 5s, 5m, 2h)`)
+    if (Option.isNone(delay)) return Result.fail(`"${part}" is not a duration (e.g. 5s, 5m, 2h)`)
     delays.push(delay.value)
   }
-  return Either.right(delays)
+  return Result.succeed(delays)
 }
 
 export const WebhookConfig = Config.all({
   /** Allow targets in private, loopback, link-local and reserved ranges (local development, tests). */
-  allowPrivate: Config.boolean("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
+  allowPrivate: Config.Boolean("WEBHOOK_ALLOW_PRIVATE").pipe(Config.withDefault(false)),
   /** Allow plain http:// targets (local development, tests). */
-  allowInsecure: Config.boolean("WEBHOOK_ALLOW_INSECURE").pipe(Config.withDefault(false)),
+  allowInsecure: Config.Boolean("WEBHOOK_ALLOW_INSECURE").pipe(Config.withDefault(false)),
   /** Time allowed for one delivery attempt: name resolution, connection, and the answer's headers. */
   timeout: duration("WEBHOOK_TIMEOUT", Duration.seconds(10)),
   /** Time allowed to resolve the host name when a URL is set. */
   resolveTimeout: duration("WEBHOOK_RESOLVE_TIMEOUT", Duration.seconds(5)),
-  retrySchedule: Config.string("WEBHOOK_RETRY_SCHEDULE").pipe(
+  retrySchedule: Config.String("WEBHOOK_RETRY_SCHEDULE").pipe(
     Config.withDefault(defaultRetrySchedule),
-    Config.mapOrFail((text) =>
-      Either.mapLeft(parseRetrySchedule(text), (message) => ConfigError.InvalidData([], `WEBHOOK_RETRY_SCHEDULE: ${message}`))
+    Config.mapEffect((text) =>
+      Result.match(parseRetrySchedule(text), {
+        onFailure: (message) => invalid(`WEBHOOK_RETRY_SCHEDULE: ${message}`),
+        onSuccess: Effect.succeed
+      })
     )
   ),
   /** After a rotation, deliveries are also signed with the previous secret for this long. */
@@ -73,12 +82,12 @@ export const WebhookConfig = Config.all({
   /** How often old deliveries are swept. */
   sweepInterval: duration("WEBHOOK_SWEEP_INTERVAL", Duration.hours(1)),
   /** Deliveries one process attempts at the same time. */
-  concurrency: Config.integer("WEBHOOK_DISPATCH_CONCURRENCY").pipe(
+  concurrency: Config.Int("WEBHOOK_DISPATCH_CONCURRENCY").pipe(
     Config.withDefault(16),
-    Config.validate({ message: "WEBHOOK_DISPATCH_CONCURRENCY must be at least 1", validation: (n) => n >= 1 })
+    Config.mapEffect((n) => (n >= 1 ? Effect.succeed(n) : invalid("WEBHOOK_DISPATCH_CONCURRENCY must be at least 1")))
   )
 })
-export type WebhookConfig = Config.Config.Success<typeof WebhookConfig>
+export type WebhookConfig = Config.Success<typeof WebhookConfig>
 
 /** The lease actually used: long enough to outlast one attempt. */
 export const effectiveLease = (config: WebhookConfig): Duration.Duration =>

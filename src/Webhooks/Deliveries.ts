@@ -6,7 +6,7 @@
  * A retry sends the same event: the same event id (so the same `webhook-id`, for receivers that
  * dedupe) and the same body bytes, signed afresh at the attempt.
  */
-import { Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
+import { Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
@@ -42,88 +42,92 @@ const Position = Schema.Struct({ id: Schema.String })
 
 const deliveryPattern = idPattern("dlv")
 
-export class WebhookDeliveries extends Effect.Service<WebhookDeliveries>()("hookline/WebhookDeliveries", {
-  effect: Effect.gen(function*() {
-    const repo = yield* WebhooksRepo
-    const mode = yield* DatabaseMode
-    const config = yield* WebhookConfig
-    const { cursorSecret } = yield* Secrets
-    const notFound = (id: string) => new NotFound({ message: `No webhook delivery ${id} on this account.` })
+const make = Effect.gen(function*() {
+  const repo = yield* WebhooksRepo
+  const mode = yield* DatabaseMode
+  const config = yield* WebhookConfig
+  const { cursorSecret } = yield* Secrets
+  const notFound = (id: string) => new NotFound({ message: `No webhook delivery ${id} on this account.` })
 
-    const list = tracedFn("WebhookDeliveries.list", Effect.fnUntraced(function*(accountId: string, params: DeliveryParams) {
-      const limit = params.limit ?? defaultPageSize
-      const binding = ["webhooks.deliveries", accountId, params.status ?? ""].join("|")
-      const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
-      const rows = yield* repo.listDeliveries({
-        accountId,
-        status: params.status,
-        afterId: Option.getOrUndefined(Option.map(after, (position) => position.id)),
-        limit: limit + 1
-      })
-      return keysetPage(rows, limit, toDelivery, (last) => signCursor(cursorSecret, binding, { id: last.id })) satisfies
-        WebhookDeliveryList
-    }))
-
-    const findRow = (accountId: string, id: string) =>
-      Effect.flatMap(repo.findDelivery({ accountId, id }), Option.match({
-        onNone: () => Effect.fail(notFound(id)),
-        onSome: Effect.succeed
-      }))
-
-    /** One delivery of the account; 404 for another account's or an unknown (or malformed) id. */
-    const get = tracedFn("WebhookDeliveries.get", (accountId: string, id: string) =>
-      deliveryPattern.test(id) ? Effect.map(findRow(accountId, id), toDelivery) : Effect.fail(notFound(id))
-    )
-
-    /**
-     * Queues a pending or failed delivery for an attempt now. One guarded statement: a delivery
-     * being attempted right now (claimed) is left to that attempt and answered as it is.
-     */
-    const retry = tracedFn("WebhookDeliveries.retry", Effect.fnUntraced(function*(accountId: string, id: string) {
-      if (!deliveryPattern.test(id)) return yield* notFound(id)
-      const now = yield* currentDate
-      const queued = yield* repo.requeueDelivery({ accountId, id, now })
-      if (Option.isSome(queued)) {
-        if (!mode.embedded) yield* repo.notifyDispatchers(id)
-        return toDelivery(queued.value)
-      }
-      const current = yield* findRow(accountId, id)
-      if (current.status === "delivered") {
-        return yield* new ValidationFailed({ message: `Webhook delivery ${id} was delivered already; it is not sent again.` })
-      }
-      const webhook = yield* repo.findWebhook(accountId)
-      if (Option.isNone(webhook) || !webhook.value.enabled) {
-        return yield* new ValidationFailed({
-          message: "The webhook is disabled; enable it with PUT /v1/webhooks, then retry the delivery."
-        })
-      }
-      return toDelivery(current)
-    }))
-
-    const retentionMs = Duration.toMillis(config.deliveryRetention)
-
-    /** Deletes finished deliveries (and their attempts) past the retention, in batches; returns how many. */
-    const sweep = Effect.gen(function*() {
-      let total = 0
-      for (;;) {
-        const now = yield* currentDate
-        const { swept } = yield* repo.sweepFinishedDeliveries({ retentionMs, batch: sweepBatch, now })
-        total += swept
-        if (swept < sweepBatch) return total
-      }
+  const list = tracedFn("WebhookDeliveries.list", Effect.fnUntraced(function*(accountId: string, params: DeliveryParams) {
+    const limit = params.limit ?? defaultPageSize
+    const binding = ["webhooks.deliveries", accountId, params.status ?? ""].join("|")
+    const after = yield* readCursor(cursorSecret, binding, params.cursor, Position)
+    const rows = yield* repo.listDeliveries({
+      accountId,
+      status: params.status,
+      afterId: Option.getOrUndefined(Option.map(after, (position) => position.id)),
+      limit: limit + 1
     })
+    return keysetPage(rows, limit, toDelivery, (last) => signCursor(cursorSecret, binding, { id: last.id })) satisfies
+      WebhookDeliveryList
+  }))
 
-    return { list, get, retry, sweep, config } as const
-  }),
-  dependencies: [Secrets.Live, WebhooksRepo.Default]
-}) {}
+  const findRow = (accountId: string, id: string) =>
+    Effect.flatMap(repo.findDelivery({ accountId, id }), Option.match({
+      onNone: () => Effect.fail(notFound(id)),
+      onSome: Effect.succeed
+    }))
+
+  /** One delivery of the account; 404 for another account's or an unknown (or malformed) id. */
+  const get = tracedFn("WebhookDeliveries.get", (accountId: string, id: string) =>
+    deliveryPattern.test(id) ? Effect.map(findRow(accountId, id), toDelivery) : Effect.fail(notFound(id))
+  )
+
+  /**
+   * Queues a pending or failed delivery for an attempt now. One guarded statement: a delivery
+   * being attempted right now (claimed) is left to that attempt and answered as it is.
+   */
+  const retry = tracedFn("WebhookDeliveries.retry", Effect.fnUntraced(function*(accountId: string, id: string) {
+    if (!deliveryPattern.test(id)) return yield* notFound(id)
+    const now = yield* currentDate
+    const queued = yield* repo.requeueDelivery({ accountId, id, now })
+    if (Option.isSome(queued)) {
+      if (!mode.embedded) yield* repo.notifyDispatchers(id)
+      return toDelivery(queued.value)
+    }
+    const current = yield* findRow(accountId, id)
+    if (current.status === "delivered") {
+      return yield* new ValidationFailed({ message: `Webhook delivery ${id} was delivered already; it is not sent again.` })
+    }
+    const webhook = yield* repo.findWebhook(accountId)
+    if (Option.isNone(webhook) || !webhook.value.enabled) {
+      return yield* new ValidationFailed({
+        message: "The webhook is disabled; enable it with PUT /v1/webhooks, then retry the delivery."
+      })
+    }
+    return toDelivery(current)
+  }))
+
+  const retentionMs = Duration.toMillis(config.deliveryRetention)
+
+  /** Deletes finished deliveries (and their attempts) past the retention, in batches; returns how many. */
+  const sweep = Effect.gen(function*() {
+    let total = 0
+    for (;;) {
+      const now = yield* currentDate
+      const { swept } = yield* repo.sweepFinishedDeliveries({ retentionMs, batch: sweepBatch, now })
+      total += swept
+      if (swept < sweepBatch) return total
+    }
+  })
+
+  return { list, get, retry, sweep, config } as const
+})
+
+export class WebhookDeliveries extends Context.Service<WebhookDeliveries, Effect.Success<typeof make>>()(
+  "hookline/WebhookDeliveries"
+) {
+  static readonly layer = Layer.effect(WebhookDeliveries, make).pipe(Layer.provide([Secrets.layer, WebhooksRepo.layer]))
+}
+
 /** The retention sweep, in the back yard; safe in several processes (each batch is one statement). */
-export const DeliverySweeperLive = Layer.scopedDiscard(
+export const DeliverySweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const deliveries = yield* WebhookDeliveries
     yield* deliveries.sweep.pipe(
       Effect.tap((swept) => (swept > 0 ? Effect.logInfo("swept webhook deliveries").pipe(Effect.annotateLogs({ swept })) : Effect.void)),
-      Effect.catchAllCause((cause) => Effect.logError("webhook delivery sweep failed", cause)),
+      Effect.catchCause((cause) => Effect.logError("webhook delivery sweep failed", cause)),
       Effect.withSpan("WebhookDeliveries.sweep"),
       Effect.repeat(Schedule.spaced(deliveries.config.sweepInterval)),
       Effect.forkScoped

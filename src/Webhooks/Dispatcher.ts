@@ -21,7 +21,7 @@
  * - Wake-up: LISTEN on the outbox channel (Postgres), a timer for the next due retry, and a
  *   poll every WEBHOOK_POLL_INTERVAL (the only source in embedded mode, which has no LISTEN).
  */
-import { Duration, Effect, Either, FiberSet, Layer, Queue, Ref, Schedule, Stream } from "effect"
+import { Context, Duration, Effect, FiberSet, Layer, Queue, Ref, Result, Schedule, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import { currentDate } from "../Repository.js"
 import { DatabaseMode, listen } from "../Sql.js"
@@ -46,7 +46,7 @@ const nextDelayMs = (attempts: number, outcome: AttemptOutcome, scheduleMs: Read
     : Math.min(Math.max(outcome.retryAfterMs, Math.min(...scheduleMs)), Math.max(...scheduleMs))
 
 /** One claimed delivery's attempt and its record, under this dispatcher's name. */
-const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: string) => {
+const makeDelivery = (repo: WebhooksRepo["Service"], webhooks: Webhooks["Service"], dispatcherId: string) => {
   const config = webhooks.config
   const scheduleMs = config.retrySchedule.map(Duration.toMillis)
   const disableAfterMs = Duration.toMillis(config.disableAfter)
@@ -78,13 +78,13 @@ const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: stri
   const release = (row: ClaimedRow, token: string) =>
     Effect.flatMap(currentDate, (now) => repo.releaseClaim({ deliveryId: row.id, token, now })).pipe(
       Effect.timeout(Duration.seconds(2)),
-      Effect.catchAllCause((cause) => Effect.logWarning("webhook claim not released", cause))
+      Effect.catchCause((cause) => Effect.logWarning("webhook claim not released", cause))
     )
 
   /** The attempt itself: unsigned (and not sent) when the secret does not open. */
   const attempt = (row: ClaimedRow & { readonly url: string; readonly secret_ciphertext: string }) =>
-    Either.match(webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext), {
-      onLeft: (unreadable) =>
+    Result.match(webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext), {
+      onFailure: (unreadable) =>
         Effect.as(Effect.logError("webhook secret unreadable", unreadable.message), {
           delivered: false,
           statusCode: null,
@@ -92,7 +92,7 @@ const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: stri
           error: `not signed: ${unreadable.message}`,
           retryAfterMs: null
         } satisfies AttemptOutcome),
-      onRight: (secrets) => webhooks.attempts.attempt({ url: row.url, secrets, eventId: row.event_id, body: row.body })
+      onSuccess: (secrets) => webhooks.attempts.attempt({ url: row.url, secrets, eventId: row.event_id, body: row.body })
     })
 
   /** Attempts one claimed delivery and records the outcome; never fails. */
@@ -115,7 +115,7 @@ const makeDelivery = (repo: WebhooksRepo, webhooks: Webhooks, dispatcherId: stri
       )
     }).pipe(
       Effect.onInterrupt(() => release(row, token)),
-      Effect.catchAllCause((cause) => Effect.logError("webhook delivery failed to record", cause)),
+      Effect.catchCause((cause) => Effect.logError("webhook delivery failed to record", cause)),
       Effect.withSpan("Webhooks.deliver", { attributes: { delivery_id: row.id, attempt: row.attempts } })
     )
 }
@@ -147,7 +147,7 @@ const makeLoop = ({ claim, config, deliver, untilNextDue }: Outbox, embedded: bo
       const claimed = yield* claim(free, token)
       yield* Ref.update(inFlight, (n) => n + claimed.length)
       for (const row of claimed) {
-        yield* FiberSet.run(running, deliver(row, token).pipe(Effect.ensuring(Effect.zipRight(Ref.update(inFlight, (n) => n - 1), ring))))
+        yield* FiberSet.run(running, deliver(row, token).pipe(Effect.ensuring(Effect.andThen(Ref.update(inFlight, (n) => n - 1), ring))))
       }
       // A full claim means more may be due: look again straight away.
       if (claimed.length === free) return
@@ -157,66 +157,69 @@ const makeLoop = ({ claim, config, deliver, untilNextDue }: Outbox, embedded: bo
     if (!embedded) {
       yield* listen(deliveriesChannel).pipe(
         Stream.runForEach(() => ring),
-        Effect.tapErrorCause((cause) => Effect.logWarning("webhook LISTEN lost; polling until it is back", cause)),
+        Effect.tapCause((cause) => Effect.logWarning("webhook LISTEN lost; polling until it is back", cause)),
         Effect.retry(Schedule.spaced(config.pollInterval)),
         Effect.forkScoped
       )
     }
     return yield* round.pipe(
-      Effect.catchAllCause((cause) =>
-        Effect.logError("webhook dispatch round failed", cause).pipe(Effect.zipRight(Effect.sleep(config.pollInterval)))
+      Effect.catchCause((cause) =>
+        Effect.logError("webhook dispatch round failed", cause).pipe(Effect.andThen(Effect.sleep(config.pollInterval)))
       ),
       Effect.forever
     )
   })
 
-export class Dispatcher extends Effect.Service<Dispatcher>()("hookline/Dispatcher", {
-  effect: Effect.gen(function*() {
-    const repo = yield* WebhooksRepo
-    const mode = yield* DatabaseMode
-    const webhooks = yield* Webhooks
-    const config = webhooks.config
-    const leaseMs = Duration.toMillis(effectiveLease(config))
-    /** Names this process's dispatcher in the attempts it records. */
-    const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
-    const outbox: Outbox = {
-      config,
-      claim: (limit, token) => Effect.flatMap(currentDate, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now })),
-      deliver: makeDelivery(repo, webhooks, dispatcherId),
-      untilNextDue: Effect.flatMap(currentDate, repo.untilNextDue).pipe(
-        Effect.map(({ wait_ms }) =>
-          wait_ms === null
-            ? config.pollInterval
-            : Duration.clamp(Duration.millis(wait_ms), { minimum: minimumWait, maximum: config.pollInterval })
-        )
+const make = Effect.gen(function*() {
+  const repo = yield* WebhooksRepo
+  const mode = yield* DatabaseMode
+  const webhooks = yield* Webhooks
+  const config = webhooks.config
+  const leaseMs = Duration.toMillis(effectiveLease(config))
+  /** Names this process's dispatcher in the attempts it records. */
+  const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
+  const outbox: Outbox = {
+    config,
+    claim: (limit, token) => Effect.flatMap(currentDate, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now })),
+    deliver: makeDelivery(repo, webhooks, dispatcherId),
+    untilNextDue: Effect.flatMap(currentDate, repo.untilNextDue).pipe(
+      Effect.map(({ wait_ms }) =>
+        wait_ms === null
+          ? config.pollInterval
+          : Duration.clamp(Duration.millis(wait_ms), { minimum: minimumWait, maximum: config.pollInterval })
       )
+    )
+  }
+
+  /**
+   * Attempts every delivery due now (by the Clock), up to the concurrency at a time, and
+   * waits for each outcome to be recorded; returns how many were attempted. The background
+   * loop does the same without waiting; tests call this to step the schedule.
+   */
+  const deliverDue = Effect.gen(function*() {
+    let attempted = 0
+    for (;;) {
+      const token = randomUUID()
+      const claimed = yield* outbox.claim(config.concurrency, token)
+      yield* Effect.forEach(claimed, (row) => outbox.deliver(row, token), { concurrency: "unbounded", discard: true })
+      attempted += claimed.length
+      if (claimed.length < config.concurrency) return attempted
     }
+  }).pipe(Effect.withSpan("Dispatcher.deliverDue"))
 
-    /**
-     * Attempts every delivery due now (by the Clock), up to the concurrency at a time, and
-     * waits for each outcome to be recorded; returns how many were attempted. The background
-     * loop does the same without waiting; tests call this to step the schedule.
-     */
-    const deliverDue = Effect.gen(function*() {
-      let attempted = 0
-      for (;;) {
-        const token = randomUUID()
-        const claimed = yield* outbox.claim(config.concurrency, token)
-        yield* Effect.forEach(claimed, (row) => outbox.deliver(row, token), { concurrency: "unbounded", discard: true })
-        attempted += claimed.length
-        if (claimed.length < config.concurrency) return attempted
-      }
-    }).pipe(Effect.withSpan("Dispatcher.deliverDue"))
+  /** The dispatcher's life in a server process (forked in the caller's scope). */
+  const run = makeLoop(outbox, mode.embedded)
 
-    /** The dispatcher's life in a server process (forked in the caller's scope). */
-    const run = makeLoop(outbox, mode.embedded)
+  return { dispatcherId, deliverDue, run } as const
+})
 
-    return { dispatcherId, deliverDue, run } as const
-  }),
-  dependencies: [Webhooks.Default, WebhooksRepo.Default]
-}) {}
+export class Dispatcher extends Context.Service<Dispatcher, Effect.Success<typeof make>>()("hookline/Dispatcher") {
+  /** Needs Webhooks and WebhooksRepo from outside (tests build them on a fake transport). */
+  static readonly layerWithoutDependencies = Layer.effect(Dispatcher, make)
+  static readonly layer = Dispatcher.layerWithoutDependencies.pipe(Layer.provide([Webhooks.layer, WebhooksRepo.layer]))
+}
 
-/** The dispatcher running in the back yard of a server process. */
-export const DispatcherLive = Layer.scopedDiscard(Effect.flatMap(Dispatcher, (dispatcher) => Effect.forkScoped(dispatcher.run))).pipe(
-  Layer.provide(Dispatcher.Default)
+/** The dispatcher running in the back yard of a server process; interrupted when the layer's scope closes. */
+export const DispatcherLive = Layer.effectDiscard(Effect.flatMap(Dispatcher, (dispatcher) => Effect.forkScoped(dispatcher.run))).pipe(
+  Layer.provide(Dispatcher.layer)
 )

@@ -1,5 +1,5 @@
-import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
 import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
 import { idempotent } from "../Idempotency/Http.js"
@@ -16,8 +16,8 @@ export const WebhooksHandlers = HttpApiBuilder.group(HooklineApi, "webhooks", (h
       .handle("disable", () => Effect.flatMap(CurrentCaller, (caller) => webhooks.disable(caller.accountId)))
       .handle("rotate", () => idempotent(Effect.flatMap(CurrentCaller, (caller) => webhooks.rotate(caller.accountId))))
       .handle("test", () => idempotent(Effect.flatMap(CurrentCaller, (caller) => webhooks.sendTest(caller.accountId))))
-      .handle("deliveries", ({ urlParams }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.list(caller.accountId, urlParams)))
-      .handle("delivery", ({ path }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.get(caller.accountId, path.id)))
-      .handle("retryDelivery", ({ path }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.retry(caller.accountId, path.id)))
+      .handle("deliveries", ({ query }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.list(caller.accountId, query)))
+      .handle("delivery", ({ params }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.get(caller.accountId, params.id)))
+      .handle("retryDelivery", ({ params }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.retry(caller.accountId, params.id)))
   })
 )

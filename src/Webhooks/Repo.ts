@@ -4,8 +4,8 @@
  * has a span (atRepoBoundary). The delivery clock (due, lease, next attempt, endpoint health) is Effect's Clock,
  * passed as `now`, so TestClock drives the retry schedule; the rotation window is SQL's `now()`.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import * as Rows from "./Rows.js"
 
@@ -29,7 +29,7 @@ const validPreviousSecret = (sql: SqlClient.SqlClient, alias: string) =>
 
 /** The account webhook: set, retargeted, switched off, its secret rotated. */
 const webhookStatements = (sql: SqlClient.SqlClient) => {
-  const findWebhook = SqlSchema.findOne({
+  const findWebhook = SqlSchema.findOneOption({
     Request: Schema.String,
     Result: Rows.WebhookRow,
     execute: (accountId) =>
@@ -38,7 +38,7 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** Creates the account's webhook, enabled; None when it has one already. */
-  const createWebhook = SqlSchema.findOne({
+  const createWebhook = SqlSchema.findOneOption({
     Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, secretCiphertext: Schema.String, events: Rows.Selection }),
     Result: Rows.WebhookState,
     execute: (request) =>
@@ -49,7 +49,7 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** A new URL enables the webhook and clears a health disable; `events` (when given) replaces the selection. */
-  const retargetWebhook = SqlSchema.single({
+  const retargetWebhook = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, events: Schema.UndefinedOr(Rows.Selection) }),
     Result: Rows.WebhookState,
     execute: (request) =>
@@ -75,7 +75,7 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** The new secret becomes current; the current one stays valid for `previousTtlMs`. None: no webhook. */
-  const rotateSecret = SqlSchema.findOne({
+  const rotateSecret = SqlSchema.findOneOption({
     Request: Schema.Struct({ accountId: Schema.String, secretCiphertext: Schema.String, previousTtlMs: Rows.Millis }),
     Result: Rows.WebhookState,
     execute: (request) =>
@@ -97,7 +97,7 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
    * Records an event for the account's webhook when it is enabled and takes this type; joins
    * the caller's transaction. Returns the delivery id, None when nothing was queued.
    */
-  const enqueueDelivery = SqlSchema.findOne({
+  const enqueueDelivery = SqlSchema.findOneOption({
     Request: Rows.EnqueueRequest,
     Result: Schema.Struct({ id: Schema.String }),
     execute: (request) =>
@@ -116,7 +116,7 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** The outbox's backlog at `now`: deliveries pending, and how overdue the most overdue one is (0: none). */
-  const outboxBacklog = SqlSchema.single({
+  const outboxBacklog = SqlSchema.findOne({
     Request: Rows.Now,
     Result: Schema.Struct({ pending: Schema.Number, oldest_due_ms: Schema.Number }),
     execute: (now) =>
@@ -144,7 +144,7 @@ const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
            LIMIT ${request.limit}`
   })
 
-  const findDelivery = SqlSchema.findOne({
+  const findDelivery = SqlSchema.findOneOption({
     Request: Schema.Struct({ accountId: Schema.String, id: Schema.String }),
     Result: Rows.DeliveryRow,
     execute: (request) =>
@@ -155,7 +155,7 @@ const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
    * A pending or failed delivery becomes due at `now`, when the webhook is enabled and no
    * dispatcher holds it. None: left as it is.
    */
-  const requeueDelivery = SqlSchema.findOne({
+  const requeueDelivery = SqlSchema.findOneOption({
     Request: Schema.Struct({ accountId: Schema.String, id: Schema.String, now: Rows.Now }),
     Result: Rows.DeliveryRow,
     execute: (request) =>
@@ -168,7 +168,7 @@ const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** Deletes up to `batch` finished deliveries (and their attempts) created before the cutoff; returns how many. */
-  const sweepFinishedDeliveries = SqlSchema.single({
+  const sweepFinishedDeliveries = SqlSchema.findOne({
     Request: Schema.Struct({ retentionMs: Rows.Millis, batch: Schema.Number, now: Rows.Now }),
     Result: Schema.Struct({ swept: Schema.Number }),
     execute: (request) =>
@@ -248,11 +248,11 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
   })
 
   /** Milliseconds from `now` until the next pending delivery is due (null: none pending). */
-  const untilNextDue = SqlSchema.single({
+  const untilNextDue = SqlSchema.findOne({
     Request: Rows.Now,
     Result: Schema.Struct({ wait_ms: Schema.NullOr(Schema.Number) }),
     execute: (now) =>
-      sql`SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - ${now}::timestamptz) * 1000 AS wait_ms
+      sql`SELECT (EXTRACT(EPOCH FROM min(next_attempt_at) - ${now}::timestamptz) * 1000)::float8 AS wait_ms
             FROM webhook_deliveries WHERE status = 'pending'`
   })
 
@@ -288,12 +288,11 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
   return { claimDueDeliveries, untilNextDue, recordAttempt, dropForDisabledWebhook, releaseClaim } as const
 }
 
-export class WebhooksRepo extends Effect.Service<WebhooksRepo>()("hookline/WebhooksRepo", {
-  effect: Effect.map(SqlClient.SqlClient, (sql) =>
-    atRepoBoundary("WebhooksRepo", {
-      ...webhookStatements(sql),
-      ...outboxStatements(sql),
-      ...deliveryLogStatements(sql),
-      ...dispatchStatements(sql)
-    }))
-}) {}
+const make = Effect.map(SqlClient.SqlClient, (sql) =>
+  atRepoBoundary("WebhooksRepo", {
+    ...webhookStatements(sql), ...outboxStatements(sql), ...deliveryLogStatements(sql), ...dispatchStatements(sql)
+  }))
+
+export class WebhooksRepo extends Context.Service<WebhooksRepo, Effect.Success<typeof make>>()("hookline/WebhooksRepo") {
+  static readonly layer = Layer.effect(WebhooksRepo, make)
+}

@@ -8,8 +8,8 @@ export const WebhookState = Schema.Struct({
   enabled: Schema.Boolean,
   /** Null: all event types. */
   events: Schema.NullOr(Schema.Array(EventType)),
-  disabled_reason: Schema.NullOr(Schema.Literal("gone", "failing")),
-  disabled_at: Schema.NullOr(Schema.DateFromSelf)
+  disabled_reason: Schema.NullOr(Schema.Literals(["gone", "failing"])),
+  disabled_at: Schema.NullOr(Schema.Date)
 })
 export type WebhookState = typeof WebhookState.Type
 
@@ -31,9 +31,9 @@ export const DeliveryRow = Schema.Struct({
   attempts: Schema.Number,
   last_status_code: Schema.NullOr(Schema.Number),
   last_error: Schema.NullOr(Schema.String),
-  next_attempt_at: Schema.DateFromSelf,
-  created_at: Schema.DateFromSelf,
-  completed_at: Schema.NullOr(Schema.DateFromSelf)
+  next_attempt_at: Schema.Date,
+  created_at: Schema.Date,
+  completed_at: Schema.NullOr(Schema.Date)
 })
 export type DeliveryRow = typeof DeliveryRow.Type
 
@@ -55,7 +55,7 @@ export type ClaimedRow = typeof ClaimedRow.Type
 export const Selection = Schema.NullOr(Schema.Array(EventType))
 export const Millis = Schema.Number
 /** The delivery clock's "now" (Effect's Clock). */
-export const Now = Schema.DateFromSelf
+export const Now = Schema.Date
 
 /** What an attempt's outcome writes (recordAttempt). */
 export const AttemptRecord = Schema.Struct({

@@ -3,14 +3,14 @@
  * database dump alone does not reveal them. The account id is the binding, so a ciphertext
  * copied onto another account's row does not open.
  */
-import { Data, Either } from "effect"
+import { Data, Result } from "effect"
 import { makeSealer, type UnsealFailure } from "../Crypto.js"
 
 export class SecretUnreadable extends Data.TaggedError("SecretUnreadable")<{ readonly message: string }> {}
 
 export interface SecretBox {
   readonly seal: (secret: string, accountId: string) => string
-  readonly open: (stored: string, accountId: string) => Either.Either<string, SecretUnreadable>
+  readonly open: (stored: string, accountId: string) => Result.Result<string, SecretUnreadable>
 }
 
 const messages: Record<UnsealFailure, string> = {
@@ -24,6 +24,6 @@ export const makeSecretBox = (serverKey: string): SecretBox => {
   return {
     seal: sealer.seal,
     open: (stored, accountId) =>
-      Either.mapLeft(sealer.open(stored, accountId), (failure) => new SecretUnreadable({ message: messages[failure] }))
+      Result.mapError(sealer.open(stored, accountId), (failure) => new SecretUnreadable({ message: messages[failure] }))
   }
 }

@@ -10,7 +10,7 @@
  * failed attempt), environment proxies are not used, and the whole attempt (resolution
  * included) has one timeout.
  */
-import { Clock, Duration, Effect } from "effect"
+import { Clock, Context, Duration, Effect, Layer } from "effect"
 import { recordWebhookAttempt, webhookOutcome } from "../Observability/Metrics.js"
 import type { WebhookConfig } from "./Config.js"
 import { signatureHeaders } from "./Signing.js"
@@ -112,9 +112,9 @@ const post = ({ body, headers, target }: WebhookRequest): Effect.Effect<PostResu
   Effect.gen(function*() {
     let code: string | null = null
     for (const address of target.addresses) {
-      const result = yield* Effect.either(postTo(target, address, headers, body))
-      if (result._tag === "Right") return { _tag: "Answered", ...result.right } satisfies Step
-      code = result.left
+      const result = yield* Effect.result(postTo(target, address, headers, body))
+      if (result._tag === "Success") return { _tag: "Answered", ...result.success } satisfies Step
+      code = result.failure
       if (code === null || !connectFailures.has(code)) break
     }
     return { _tag: "Failed", error: code === null ? "connection failed" : `connection failed (${code})` } satisfies Step
@@ -129,9 +129,12 @@ const outcome = (step: Step, durationMs: number): AttemptOutcome => {
 }
 
 /** The HTTP POST of an attempt; never fails (the result says what happened). */
-export class WebhookTransport extends Effect.Service<WebhookTransport>()("hookline/WebhookTransport", {
-  succeed: { post }
-}) {}
+export class WebhookTransport extends Context.Service<WebhookTransport, {
+  readonly post: (request: WebhookRequest) => Effect.Effect<PostResult>
+}>()("hookline/WebhookTransport") {
+  /** The real POST, over fetch. */
+  static readonly layer = Layer.succeed(WebhookTransport, WebhookTransport.of({ post }))
+}
 
 export interface Attempts {
   /** One attempt, the URL checked (and its host resolved) within the attempt's timeout. */
@@ -141,7 +144,7 @@ export interface Attempts {
 }
 
 /** Attempts under `rules` through `transport`. */
-export const makeAttempts = (transport: WebhookTransport, rules: AttemptRules): Attempts => {
+export const makeAttempts = (transport: WebhookTransport["Service"], rules: AttemptRules): Attempts => {
   /**
    * Sends one attempt: `check` yields the target (or the reason it is refused), then the event
    * is signed at the current second and posted. Never fails; the outcome says what happened.
@@ -150,20 +153,19 @@ export const makeAttempts = (transport: WebhookTransport, rules: AttemptRules): 
     Effect.gen(function*() {
       const started = yield* Clock.currentTimeMillis
       const step = yield* Effect.gen(function*() {
-        const checked = yield* Effect.either(check)
-        if (checked._tag === "Left") return { _tag: "Failed", error: `url refused: ${checked.left.message}` } satisfies Step
+        const checked = yield* Effect.result(check)
+        if (checked._tag === "Failure") return { _tag: "Failed", error: `url refused: ${checked.failure.message}` } satisfies Step
         const seconds = Math.floor((yield* Clock.currentTimeMillis) / 1000)
         const headers = {
           "content-type": "application/json",
           "user-agent": userAgent,
           ...signatureHeaders(input.secrets, input.eventId, seconds, input.body)
         }
-        return yield* transport.post({ target: checked.right, headers, body: input.body })
+        return yield* transport.post({ target: checked.success, headers, body: input.body })
       }).pipe(
-        Effect.timeoutTo({
+        Effect.timeoutOrElse({
           duration: rules.timeout,
-          onTimeout: (): Step => ({ _tag: "Failed", error: `timed out after ${Duration.format(rules.timeout)}` }),
-          onSuccess: (step): Step => step
+          orElse: () => Effect.succeed<Step>({ _tag: "Failed", error: `timed out after ${Duration.format(rules.timeout)}` })
         })
       )
       const result = outcome(step, (yield* Clock.currentTimeMillis) - started)

@@ -7,7 +7,7 @@
  * The attempt then connects to the very address that was checked (see Transport.ts), so a name
  * that re-resolves between the check and the connection (DNS rebinding) cannot redirect it.
  */
-import { Data, Duration, Effect, Either } from "effect"
+import { Data, Duration, Effect, Result } from "effect"
 import { lookup } from "node:dns/promises"
 import { isIP } from "node:net"
 
@@ -25,8 +25,8 @@ export interface UrlRules {
 }
 
 /** The URL's form alone: scheme, length, user info, fragment. */
-export const checkUrlShape = (raw: string, rules: Pick<UrlRules, "allowInsecure">): Either.Either<URL, UrlRefused> => {
-  const refuse = (message: string) => Either.left(new UrlRefused({ message }))
+export const checkUrlShape = (raw: string, rules: Pick<UrlRules, "allowInsecure">): Result.Result<URL, UrlRefused> => {
+  const refuse = (message: string) => Result.fail(new UrlRefused({ message }))
   if (raw.length > maxUrlLength) return refuse(`must be at most ${maxUrlLength} characters`)
   if (/[\s\u0000-\u001f\u007f]/.test(raw)) return refuse("must not contain whitespace or control characters")
   if (!URL.canParse(raw)) return refuse("must be an absolute URL such as https://example.com/hooks")
@@ -40,7 +40,7 @@ export const checkUrlShape = (raw: string, rules: Pick<UrlRules, "allowInsecure"
   if (authority.includes("@") || url.username !== "" || url.password !== "") return refuse("must not contain user info")
   if (raw.includes("#")) return refuse("must not contain a fragment")
   if (url.hostname === "") return refuse("must name a host")
-  return Either.right(url)
+  return Result.succeed(url)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -192,9 +192,9 @@ const resolveAll = (host: string, timeout: Duration.Duration) =>
     try: () => lookup(host, { all: true, verbatim: true }),
     catch: () => new UrlRefused({ message: `the host ${host} does not resolve`, unresolved: true })
   }).pipe(
-    Effect.timeoutFail({
+    Effect.timeoutOrElse({
       duration: timeout,
-      onTimeout: () => new UrlRefused({ message: `the host ${host} did not resolve in time`, unresolved: true })
+      orElse: () => Effect.fail(new UrlRefused({ message: `the host ${host} did not resolve in time`, unresolved: true }))
     }),
     Effect.filterOrFail(
       (addresses) => addresses.length > 0,
@@ -212,7 +212,7 @@ export const resolveTarget = (
   resolveTimeout: Duration.Duration
 ): Effect.Effect<Target, UrlRefused> =>
   Effect.gen(function*() {
-    const url = yield* checkUrlShape(raw, rules)
+    const url = yield* Effect.fromResult(checkUrlShape(raw, rules))
     const host = url.hostname.replace(/^\[|\]$/g, "")
     const literalFamily = isIP(host)
     const addresses: ReadonlyArray<{ readonly address: string; readonly family: number }> = literalFamily !== 0

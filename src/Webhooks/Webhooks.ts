@@ -6,7 +6,7 @@
  * Secrets are stored encrypted (SecretBox.ts). A rotation keeps the previous secret for
  * WEBHOOK_PREVIOUS_SECRET_TTL (24 hours); only the most recent previous secret is kept.
  */
-import { Duration, Effect, Either, Option, Redacted } from "effect"
+import { Context, Duration, Effect, Layer, Option, Redacted, Result } from "effect"
 import { Secrets } from "../Config.js"
 import { ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
@@ -67,12 +67,12 @@ const configuredUrl = (url: string) => (refusal: string) =>
 
 /** The signing secrets of a webhook row: the current one first, then the previous one if still valid. */
 const openSecretsWith = (box: SecretBox) =>
-(accountId: string, current: string, previous: string | null): Either.Either<ReadonlyArray<string>, SecretUnreadable> =>
-  Either.all(previous === null ? [box.open(current, accountId)] : [box.open(current, accountId), box.open(previous, accountId)])
+(accountId: string, current: string, previous: string | null): Result.Result<ReadonlyArray<string>, SecretUnreadable> =>
+  Result.all(previous === null ? [box.open(current, accountId)] : [box.open(current, accountId), box.open(previous, accountId)])
 
 /** What the test send needs from the service. */
 interface TestSendDeps {
-  readonly repo: WebhooksRepo
+  readonly repo: WebhooksRepo["Service"]
   readonly attempts: Attempts
   readonly rules: AttemptRules
   readonly openSecrets: ReturnType<typeof openSecretsWith>
@@ -93,9 +93,12 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
       Effect.catchIf((refused) => refused.unresolved === true, () => Effect.succeedNone),
       Effect.mapError((refused) => new ValidationFailed({ message: configuredUrl(row.value.url)(refused.message) }))
     )
-    const signingSecrets = yield* Either.match(
+    const signingSecrets = yield* Result.match(
       openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
-      { onLeft: (unreadable) => Effect.dieMessage(`webhook secret of ${accountId}: ${unreadable.message}`), onRight: Effect.succeed }
+      {
+        onFailure: (unreadable) => Effect.die(new Error(`webhook secret of ${accountId}: ${unreadable.message}`)),
+        onSuccess: Effect.succeed
+      }
     )
     const now = yield* currentDate
     const eventId = newId("evt")
@@ -118,82 +121,87 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
     } satisfies WebhookTest
   }))
 
-export class Webhooks extends Effect.Service<Webhooks>()("hookline/Webhooks", {
-  effect: Effect.gen(function*() {
-    const repo = yield* WebhooksRepo
-    const transport = yield* WebhookTransport
-    const mode = yield* DatabaseMode
-    const config = yield* WebhookConfig
-    const secrets = yield* Secrets
-    const box = makeSecretBox(Redacted.value(secrets.webhookSecretKey))
-    const rules = attemptRules(config)
-    const attempts = makeAttempts(transport, rules)
-    const openSecrets = openSecretsWith(box)
-    const sendTest = makeTestSend({ repo, attempts, rules, openSecrets })
+const make = Effect.gen(function*() {
+  const repo = yield* WebhooksRepo
+  const transport = yield* WebhookTransport
+  const mode = yield* DatabaseMode
+  const config = yield* WebhookConfig
+  const secrets = yield* Secrets
+  const box = makeSecretBox(Redacted.value(secrets.webhookSecretKey))
+  const rules = attemptRules(config)
+  const attempts = makeAttempts(transport, rules)
+  const openSecrets = openSecretsWith(box)
+  const sendTest = makeTestSend({ repo, attempts, rules, openSecrets })
 
-    const get = tracedFn("Webhooks.get", Effect.fnUntraced(function*(accountId: string) {
-      return Option.match(yield* repo.findWebhook(accountId), {
-        onNone: (): Webhook => ({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null }),
-        onSome: webhookOf
-      })
-    }))
+  const get = tracedFn("Webhooks.get", Effect.fnUntraced(function*(accountId: string) {
+    return Option.match(yield* repo.findWebhook(accountId), {
+      onNone: (): Webhook => ({ object: "webhook", url: null, configured: false, events: ["*"], disabled_reason: null, disabled_at: null }),
+      onSome: webhookOf
+    })
+  }))
 
-    /**
-     * Sets the URL and enables the webhook (clearing a health disable); `events` replaces the
-     * selection when given. The secret is issued only when the webhook is created.
-     */
-    const set = tracedFn("Webhooks.set", Effect.fnUntraced(function*(accountId: string, url: string, events?: ReadonlyArray<EventType | "*">) {
-      yield* resolveTarget(url, rules, rules.resolveTimeout).pipe(
-        Effect.mapError((refused) => new ValidationFailed({ message: urlField(refused.message) }))
-      )
-      const secret = generateSecret()
-      const selection = events === undefined ? null : storedEvents(events)
-      const created = yield* repo.createWebhook({ accountId, url, secretCiphertext: box.seal(secret, accountId), events: selection })
-      if (Option.isSome(created)) return withSecret(webhookOf(created.value), secret)
-      const updated = yield* repo.retargetWebhook({ accountId, url, events: events === undefined ? undefined : selection })
-      return withSecret(webhookOf(updated))
-    }))
+  /**
+   * Sets the URL and enables the webhook (clearing a health disable); `events` replaces the
+   * selection when given. The secret is issued only when the webhook is created.
+   */
+  const set = tracedFn("Webhooks.set", Effect.fnUntraced(function*(accountId: string, url: string, events?: ReadonlyArray<EventType | "*">) {
+    yield* resolveTarget(url, rules, rules.resolveTimeout).pipe(
+      Effect.mapError((refused) => new ValidationFailed({ message: urlField(refused.message) }))
+    )
+    const secret = generateSecret()
+    const selection = events === undefined ? null : storedEvents(events)
+    const created = yield* repo.createWebhook({ accountId, url, secretCiphertext: box.seal(secret, accountId), events: selection })
+    if (Option.isSome(created)) return withSecret(webhookOf(created.value), secret)
+    const updated = yield* repo.retargetWebhook({ accountId, url, events: events === undefined ? undefined : selection })
+    return withSecret(webhookOf(updated))
+  }))
 
-    /** DELETE: configured becomes false; url and secret are kept. Without a webhook, nothing changes. */
-    const disable = tracedFn("Webhooks.disable", Effect.fnUntraced(function*(accountId: string) {
-      yield* repo.switchOffWebhook(accountId)
-      return yield* get(accountId)
-    }))
+  /** DELETE: configured becomes false; url and secret are kept. Without a webhook, nothing changes. */
+  const disable = tracedFn("Webhooks.disable", Effect.fnUntraced(function*(accountId: string) {
+    yield* repo.switchOffWebhook(accountId)
+    return yield* get(accountId)
+  }))
 
-    /** A new secret, shown once; the current one stays valid for the rotation window. */
-    const rotate = tracedFn("Webhooks.rotate", Effect.fnUntraced(function*(accountId: string) {
-      const secret = generateSecret()
-      const rotated = yield* repo.rotateSecret({
-        accountId,
-        secretCiphertext: box.seal(secret, accountId),
-        previousTtlMs: Duration.toMillis(config.previousSecretTtl)
-      })
-      if (Option.isNone(rotated)) return yield* notConfigured
-      return withSecret(webhookOf(rotated.value), secret)
-    }))
+  /** A new secret, shown once; the current one stays valid for the rotation window. */
+  const rotate = tracedFn("Webhooks.rotate", Effect.fnUntraced(function*(accountId: string) {
+    const secret = generateSecret()
+    const rotated = yield* repo.rotateSecret({
+      accountId,
+      secretCiphertext: box.seal(secret, accountId),
+      previousTtlMs: Duration.toMillis(config.previousSecretTtl)
+    })
+    if (Option.isNone(rotated)) return yield* notConfigured
+    return withSecret(webhookOf(rotated.value), secret)
+  }))
 
-    /** Plan loss disables the account webhook; url and secret are kept. Joins the caller's transaction. */
-    const disableForAccount = tracedFn("Webhooks.disableForAccount", (accountId: string) => repo.disableForPlanLoss(accountId))
+  /** Plan loss disables the account webhook; url and secret are kept. Joins the caller's transaction. */
+  const disableForAccount = tracedFn("Webhooks.disableForAccount", (accountId: string) => repo.disableForPlanLoss(accountId))
 
-    /**
-     * The outbox: records an event for delivery to the account's webhook, when one is enabled.
-     * Call it inside the transaction of the state change that causes the event, so both commit
-     * or neither does. Returns the delivery id, or null when the account has no enabled webhook.
-     */
-    const enqueueEvent = tracedFn("Webhooks.enqueueEvent", Effect.fnUntraced(
-      function*(accountId: string, type: PredictionEventType, data: Prediction) {
-        const now = yield* currentDate
-        const eventId = newId("evt")
-        const body = eventBody({ id: eventId, type, createdAt: now.toISOString(), data })
-        const queued = yield* repo.enqueueDelivery({ deliveryId: newId("dlv"), eventId, accountId, type, body, now })
-        if (Option.isNone(queued)) return null
-        // Sent when the caller's transaction commits; wakes the dispatchers at once.
-        if (!mode.embedded) yield* repo.notifyDispatchers(queued.value.id)
-        return queued.value.id
-      }
-    ))
+  /**
+   * The outbox: records an event for delivery to the account's webhook, when one is enabled.
+   * Call it inside the transaction of the state change that causes the event, so both commit
+   * or neither does. Returns the delivery id, or null when the account has no enabled webhook.
+   */
+  const enqueueEvent = tracedFn("Webhooks.enqueueEvent", Effect.fnUntraced(
+    function*(accountId: string, type: PredictionEventType, data: Prediction) {
+      const now = yield* currentDate
+      const eventId = newId("evt")
+      const body = eventBody({ id: eventId, type, createdAt: now.toISOString(), data })
+      const queued = yield* repo.enqueueDelivery({ deliveryId: newId("dlv"), eventId, accountId, type, body, now })
+      if (Option.isNone(queued)) return null
+      // Sent when the caller's transaction commits; wakes the dispatchers at once.
+      if (!mode.embedded) yield* repo.notifyDispatchers(queued.value.id)
+      return queued.value.id
+    }
+  ))
 
-    return { config, attempts, openSecrets, get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent } as const
-  }),
-  dependencies: [Secrets.Live, WebhooksRepo.Default, WebhookTransport.Default]
-}) {}
+  return { config, attempts, openSecrets, get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent } as const
+})
+
+export class Webhooks extends Context.Service<Webhooks, Effect.Success<typeof make>>()("hookline/Webhooks") {
+  /** Needs the repository, the transport and the secrets from outside (tests bring a fake transport). */
+  static readonly layerWithoutDependencies = Layer.effect(Webhooks, make)
+  static readonly layer = Webhooks.layerWithoutDependencies.pipe(
+    Layer.provide([Secrets.layer, WebhooksRepo.layer, WebhookTransport.layer])
+  )
+}

@@ -98,7 +98,7 @@ export const sampleScore: ClipScore = {
   features: { motion: 5.5 }
 }
 
-export const instantScorer = Layer.succeed(ClipScorer, ClipScorer.make({ score: () => Effect.succeed(sampleScore) }))
+export const instantScorer = Layer.succeed(ClipScorer, ClipScorer.of({ score: () => Effect.succeed(sampleScore) }))
 
 export const fastBackground = {
   PUBLIC_BASE_URL: publicBase,

@@ -12,7 +12,7 @@ const databaseUrl = process.env.HOOKLINE_TEST_DATABASE_URL
 if (databaseUrl === undefined) throw new Error("HOOKLINE_TEST_DATABASE_URL is not set")
 const env = JSON.parse(process.env.HOOKLINE_TEST_ENV ?? "{}") as Record<string, string>
 
-const neverFinishes = Layer.succeed(ClipScorer, ClipScorer.make({ score: () => Effect.never }))
+const neverFinishes = Layer.succeed(ClipScorer, ClipScorer.of({ score: () => Effect.never }))
 await startTestServer(env, { databaseUrl, scorer: neverFinishes })
 process.stdout.write("ready\n")
 setInterval(() => undefined, 60_000)
