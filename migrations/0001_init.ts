@@ -1,5 +1,5 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * The system of record. Money lives in `wallets` (balances), `holds` (two-phase reservations)
@@ -8,8 +8,7 @@ import { Effect } from "effect"
  * and the same for top-up.
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     CREATE TABLE accounts (
       id             text PRIMARY KEY,
       name           text,

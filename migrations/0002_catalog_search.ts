@@ -1,5 +1,5 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * Search structures for the hook catalog (see src/Hooks/HookCatalog.ts for how they are read).
@@ -22,8 +22,7 @@ import { Effect } from "effect"
  *   benchmark's bare baseline call the same function.
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     CREATE TABLE hook_search (
       id        text PRIMARY KEY,
       sort_ms   bigint NOT NULL,

@@ -1,13 +1,12 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * Clip scoring: when an upload started receiving (so a PUT whose process died can be released),
  * and the indexes the workers and the sweeper read by.
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     ALTER TABLE uploads ADD COLUMN receiving_started_at timestamptz;
 
     CREATE INDEX uploads_receiving ON uploads (receiving_started_at) WHERE status = 'receiving';

@@ -1,5 +1,5 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * Webhook delivery bookkeeping:
@@ -11,8 +11,7 @@ import { Effect } from "effect"
  *   dispatcher (one per server process) made it.
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     ALTER TABLE webhook_deliveries ADD COLUMN body text;
     ALTER TABLE webhook_deliveries ADD COLUMN claim_token text;
     ALTER TABLE webhook_attempts ADD COLUMN attempt integer;

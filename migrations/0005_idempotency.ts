@@ -1,13 +1,12 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * Safe retries: stored answers of requests sent with an Idempotency-Key, one grant per billing
  * reference, and the index the credit history pages through holds by.
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     -- One row per (scope, key): claimed 'in_progress' by the request running it (owner, kept
     -- alive by locked_at), then 'completed' with the answer to replay (body sealed at rest).
     CREATE TABLE idempotency_keys (

@@ -1,5 +1,5 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * The substring fallback of search (a q with no searchable word) bounded by a trigram index.
@@ -15,8 +15,7 @@ import { Effect } from "effect"
  * (loaded in src/EmbeddedDb.ts).
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     CREATE EXTENSION IF NOT EXISTS pg_trgm;
     CREATE INDEX hook_search_folded_trgm ON hook_search USING gin (folded gin_trgm_ops);
 

@@ -1,5 +1,5 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * Issue 16: customers see and steer their spending and their deliveries.
@@ -12,8 +12,7 @@ import { Effect } from "effect"
  *   in the transaction of the debit that crossed the threshold.
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     ALTER TABLE webhooks ADD COLUMN events text[];
     ALTER TABLE webhooks ADD COLUMN failing_since timestamptz;
     ALTER TABLE webhooks ADD COLUMN disabled_reason text CHECK (disabled_reason IN ('gone', 'failing'));

@@ -1,5 +1,5 @@
-import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { runScript } from "./statements.js"
 
 /**
  * Issue 14, items 10 and 11, and a dead branch of search.
@@ -20,8 +20,7 @@ import { Effect } from "effect"
  *   a q since then. The branch now delegates to it, so no caller can reach the unbounded scan.
  */
 export default Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`
+  yield* runScript(`
     ALTER TABLE holds ADD COLUMN period_end timestamptz;
     ALTER TABLE holds ADD COLUMN history_seq bigint;
     UPDATE holds h SET period_end = w.monthly_period_end
@@ -32,7 +31,7 @@ export default Effect.gen(function*() {
     CREATE INDEX credit_journal_history ON credit_journal (account_id, seq)
       WHERE hold_id IS NULL OR operation = 'prediction' OR entry_type = 'expire';
   `)
-  yield* sql.unsafe(`
+  yield* runScript(`
     DO $$
     DECLARE
       old_definition text := pg_get_functiondef('hook_search_page(text, real, bigint, text, integer, integer)'::regprocedure);

@@ -1,52 +1,75 @@
 /**
- * The database: one @effect/sql-pg client, on DATABASE_URL when set, else on the embedded
- * PGlite. Migrations run when the layer is built, so the app only starts on a migrated schema.
+ * The database: one @effect/sql-pg client (its own wire-protocol driver and pool), on
+ * DATABASE_URL when set, else on the embedded PGlite served over a unix socket (EmbeddedDb.ts).
+ * Migrations run when the layer is built, so the app only starts on a migrated schema.
+ *
+ * What the driver does that Hookline relies on:
+ * - A statement whose fiber is interrupted (a deadline passed, the client hung up) is cancelled on
+ *   the server about 10 ms later, and its caller resumes only once the statement has stopped: a
+ *   plain `Effect.timeout…` on a statement is a deadline the server honours. A connection whose
+ *   statement ended before the cancel landed is retired, never reused under a late cancel.
+ * - Statements are prepared once per connection, keyed by text and parameter types
+ *   (DB_PREPARED_STATEMENTS=false turns that off, for a pooler that cannot carry them).
+ * - Statements go through the extended protocol only: one statement per call, no `;` lists.
  */
-import { BunContext } from "@effect/platform-bun"
-import { SqlClient } from "@effect/sql"
-import { SqlError } from "@effect/sql/SqlError"
-import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Context, Duration, Effect, Layer, Option, ParseResult, Redacted, Stream } from "effect"
+import { PgClient, PgTypes } from "@effect/sql-pg"
+import { Context, Duration, Effect, Fiber, Layer, Option, type Queue, type Redacted, Result, Schema, Stream } from "effect"
+import * as Reactivity from "effect/reactivity/Reactivity"
+import { Migrator, SqlClient, SqlError } from "effect/sql"
+import { readdirSync } from "node:fs"
+import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import Pg from "pg"
 import { defaultCancelGrace, ServerConfig } from "./Config.js"
-import { embeddedPool } from "./EmbeddedDb.js"
+import { embeddedDatabase } from "./EmbeddedDb.js"
 
 /** How the database is reached; background work polls instead of LISTEN in embedded mode. */
-export class DatabaseMode extends Context.Tag("hookline/DatabaseMode")<DatabaseMode, {
+export class DatabaseMode extends Context.Service<DatabaseMode, {
   readonly embedded: boolean
   readonly dataDir: string
-}>() {}
+}>()("hookline/DatabaseMode") {}
 
-// int8 and numeric come back from pg as strings; Hookline's amounts fit in a double.
-const INT8_OID = 20
-const NUMERIC_OID = 1700
-const types: Pg.CustomTypesConfig = {
-  getTypeParser: ((oid: number, format?: "text" | "binary") =>
-    oid === INT8_OID || oid === NUMERIC_OID
-      ? (value: string) => Number(value)
-      : Pg.types.getTypeParser(oid, format ?? "text")) as Pg.CustomTypesConfig["getTypeParser"]
+/**
+ * int8 and numeric as JS numbers (the driver's own codecs give bigint and string): Hookline's
+ * amounts and counts fit in a double. Arrays of them follow, through the registry's lookup.
+ */
+const numberTypes = (): PgTypes.Registry => {
+  const registry = PgTypes.makeRegistry()
+  const asNumber = (oid: number): PgTypes.Codec<number | bigint | string> => ({
+    encode: (value) => PgTypes.encode(typeof value !== "number" ? value : oid === PgTypes.OID.numeric ? String(value) : Number.isInteger(value) ? BigInt(value) : value, oid),
+    decode: (bytes) => Result.map(PgTypes.decode(bytes, oid, 1), Number)
+  })
+  registry.register(PgTypes.OID.int8, asNumber(PgTypes.OID.int8))
+  registry.register(PgTypes.OID.numeric, asNumber(PgTypes.OID.numeric))
+  return registry
 }
 
-/** The pg pool under the client, for its usage metrics (total, idle and waiting connections). */
-export class DbPool extends Context.Tag("hookline/DbPool")<DbPool, Pg.Pool>() {}
+/**
+ * How long work whose caller went away (the client hung up) may still run before it is
+ * interrupted, and its statement cancelled on the server (DB_CANCEL_GRACE); see withCancelGrace.
+ */
+export const CancelGrace = Context.Reference<Duration.Duration>("hookline/CancelGrace", {
+  defaultValue: () => defaultCancelGrace
+})
 
 /**
- * Whether StatementRunner keeps the statements marked `prepared` prepared on each connection
- * (DB_PREPARED_STATEMENTS): on, unless a pooler in transaction mode cannot carry them.
+ * Lets `self` finish within CancelGrace when it is interrupted, then interrupts it. The driver
+ * leaves an interrupted statement 10 ms to end before it sends a cancel, and retires the
+ * connection when the statement ended before the cancel landed: measured on 10 connections under
+ * 32 fibers stopped at once, statements of 30 ms cost 8 of the 10 connections (a backend start,
+ * ~25 ms of CPU, for each, plus one for each cancel), while with this grace of 100 ms none was
+ * replaced; statements under 10 ms or over ~100 ms lost none either way. It costs a fiber per
+ * call (~3 µs): wrap a request (or a statement), not a deadline, which must cancel at once.
  */
-export class PreparedStatements extends Context.Reference<PreparedStatements>()("hookline/PreparedStatements", {
-  defaultValue: () => true
-}) {}
-
-/**
- * How long a statement whose request was abandoned (the client hung up) may still run before it is
- * cancelled on the server (DB_CANCEL_GRACE). A cancel costs PostgreSQL a backend for the cancel and
- * another to replace the connection, which is more than a short statement costs to finish.
- */
-export class CancelGrace extends Context.Reference<CancelGrace>()("hookline/CancelGrace", {
-  defaultValue: (): Duration.Duration => defaultCancelGrace
-}) {}
+export const withCancelGrace = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.gen(function*() {
+      const grace = yield* CancelGrace
+      const fiber = yield* Effect.forkChild(self, { startImmediately: true, uninterruptible: false })
+      return yield* restore(Fiber.join(fiber)).pipe(
+        Effect.onInterrupt(() => Fiber.await(fiber).pipe(Effect.timeoutOption(grace), Effect.andThen(Fiber.interrupt(fiber))))
+      )
+    })
+  )
 
 /**
  * A FROM item that turns synchronous_commit off for the rest of the transaction: a statement run
@@ -56,67 +79,83 @@ export class CancelGrace extends Context.Reference<CancelGrace>()("hookline/Canc
  */
 export const commitWithoutFlush = "(SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only"
 
-/** The longest delay a JavaScript timer holds; a longer one fires at once. */
-const longestTimer = Duration.millis(2 ** 31 - 1)
+/** Connections the embedded database serves: PGlite runs one statement at a time whatever the number. */
+const embeddedConnections = 4
 
-/** A pool on DATABASE_URL, checked with one query at start (as PgClient.layer does). */
-const networkPool = (url: Redacted.Redacted, max: number, statementTimeout: Duration.Duration, idleTimeout: Duration.Duration) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const pool = new Pg.Pool({
-        connectionString: Redacted.value(url),
-        max,
-        types,
-        application_name: "hookline",
-        // 0 keeps idle connections; so does a duration past what a timer can hold (~24.8 days).
-        idleTimeoutMillis: Duration.lessThanOrEqualTo(idleTimeout, longestTimer) ? Math.round(Duration.toMillis(idleTimeout)) : 0,
-        // Sent as a startup parameter: every session starts with it, no extra round trip.
-        statement_timeout: Math.round(Duration.toMillis(statementTimeout))
-      })
-      // An idle connection's error (server restart): the pool drops it and reconnects on demand.
-      pool.on("error", () => {})
-      return pool
-    }),
-    (pool) => Effect.promise(() => pool.end()).pipe(Effect.timeoutOption(1000))
-  ).pipe(
-    Effect.tap((pool) =>
-      Effect.tryPromise({
-        try: () => pool.query("SELECT 1"),
-        catch: (cause) => new SqlError({ cause, message: "PgClient: Failed to connect" })
-      }).pipe(
-        Effect.timeoutFail({
-          duration: Duration.seconds(5),
-          onTimeout: () => new SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
-        })
-      )
-    )
-  )
+/** The pool's idle timeout: 0 keeps idle connections for good (the pool's sweep would spin on a zero delay). */
+const idleTimeoutOf = (idle: Duration.Duration): Duration.Duration => Duration.isZero(idle) ? Duration.infinity : idle
 
-const ClientLive = Layer.unwrapEffect(
+/** The client options shared by the server's pool and the migration connection. */
+const networkOptions = (url: Redacted.Redacted, config: ServerConfig, types: PgTypes.Registry): PgClient.PgPoolConfig => ({
+  url,
+  applicationName: "hookline",
+  types,
+  prepare: config.dbPreparedStatements
+})
+
+/**
+ * The connections LISTEN holds, apart from the server's pool (PG_MAX_CONNECTIONS stays the
+ * requests'): opened when a listener starts, one per listening stream.
+ */
+export class Listeners extends Context.Service<Listeners, PgClient.PgClient>()("hookline/Listeners") {}
+
+/** Listening streams the server runs at most at once (the webhook dispatcher and the prediction workers). */
+const maxListeners = 8
+
+/** On DATABASE_URL: migrated first on a connection of its own, then the server's pool and its listeners. */
+const networkClients = (url: Redacted.Redacted, config: ServerConfig) =>
   Effect.gen(function*() {
-    const config = yield* ServerConfig
-    const mode = Layer.succeed(DatabaseMode, {
-      embedded: Option.isNone(config.databaseUrl),
-      dataDir: config.dataDir
+    const types = numberTypes()
+    yield* Effect.scoped(Effect.flatMap(
+      // No DB_STATEMENT_TIMEOUT here: an index build on a large catalog takes minutes, and a
+      // second process waits on the first one's migration lock.
+      PgClient.make({ ...networkOptions(url, config, types), maxConnections: 1, startupParameters: { statement_timeout: "0" } }),
+      migrate
+    ))
+    const client = yield* PgClient.make({
+      ...networkOptions(url, config, types),
+      maxConnections: config.pgMaxConnections,
+      idleTimeout: idleTimeoutOf(config.pgIdleTimeout),
+      // A startup parameter: every session starts with it, no extra round trip.
+      startupParameters: { statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))) }
     })
-    const pool = Layer.scoped(
-      DbPool,
-      Option.match(config.databaseUrl, {
-        onNone: () =>
-          embeddedPool(config.dataDir, types).pipe(
-            Effect.catchTag("DataDirLocked", (locked) => new SqlError({ cause: locked, message: locked.message }))
-          ),
-        onSome: (url) => networkPool(url, config.pgMaxConnections, config.dbStatementTimeout, config.pgIdleTimeout)
-      })
-    )
-    const client = Layer.unwrapEffect(
-      Effect.map(DbPool, (built) => PgClient.layerFromPool({ acquire: Effect.succeed(built), types }))
-    )
-    return Layer.mergeAll(client.pipe(Layer.provideMerge(pool)), mode, Layer.succeed(PreparedStatements, config.dbPreparedStatements), Layer.succeed(CancelGrace, config.dbCancelGrace))
+    const listeners = yield* PgClient.make({ ...networkOptions(url, config, types), maxConnections: maxListeners, idleTimeout: Duration.infinity })
+    return { client, listeners }
   })
-)
+
+/** On the embedded PGlite (no statement timeout: nothing else shares it). */
+const embeddedClient = (config: ServerConfig) =>
+  Effect.gen(function*() {
+    const path = yield* embeddedDatabase(config.dataDir, embeddedConnections + 2).pipe(
+      Effect.catchTag("DataDirLocked", (locked) =>
+        Effect.fail(new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause: locked, message: locked.message, operation: "connect" }) })))
+    )
+    const client = yield* PgClient.make({
+      path,
+      database: "postgres",
+      username: "postgres",
+      ssl: false,
+      applicationName: "hookline",
+      types: numberTypes(),
+      prepare: config.dbPreparedStatements,
+      maxConnections: embeddedConnections,
+      idleTimeout: Duration.infinity
+    })
+    yield* migrate(client)
+    // Not for LISTEN (notifications do not cross the socket): background work polls.
+    return { client, listeners: client }
+  })
 
 export const migrationsDirectory = fileURLToPath(new URL("../migrations", import.meta.url))
+
+/** migrations/NNNN_name.ts, each a default-exported Effect, imported when the migrator needs it. */
+const migrationFiles = Migrator.fromGlob(Object.fromEntries(
+  readdirSync(migrationsDirectory).map((file) => [file, () => import(join(migrationsDirectory, file))])
+))
+
+/** Applies the migrations not yet recorded (in one transaction, under the migrator's table lock). */
+const migrate = (client: PgClient.PgClient) =>
+  Migrator.make({})({ loader: migrationFiles }).pipe(Effect.provideService(SqlClient.SqlClient, client))
 
 /**
  * Lifts DB_STATEMENT_TIMEOUT for the rest of the current transaction: for work that is long by
@@ -124,29 +163,24 @@ export const migrationsDirectory = fileURLToPath(new URL("../migrations", import
  */
 export const withoutStatementTimeout = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SET LOCAL statement_timeout = 0`)
 
-const migrate = PgMigrator.run({ loader: PgMigrator.fromFileSystem(migrationsDirectory) })
-
-/**
- * Migrations run on a connection of their own without DB_STATEMENT_TIMEOUT (an index build on a
- * large catalog takes minutes, and a second process waits on the first one's migration lock),
- * closed once they are done. The embedded database has one connection and no timeout.
- */
-const MigratorLive = Layer.effectDiscard(
+/** SqlClient + PgClient + Listeners + DatabaseMode + CancelGrace, on a migrated schema. */
+export const SqlLive = Layer.unwrap(
   Effect.gen(function*() {
     const config = yield* ServerConfig
-    yield* Option.match(config.databaseUrl, {
-      onNone: () => migrate,
-      onSome: (url) =>
-        migrate.pipe(
-          Effect.provide(PgClient.layerFromPool({ acquire: networkPool(url, 1, Duration.zero, Duration.zero), types })),
-          Effect.scoped
-        )
-    })
+    const settings = Layer.mergeAll(
+      Layer.succeed(DatabaseMode, { embedded: Option.isNone(config.databaseUrl), dataDir: config.dataDir }),
+      Layer.succeed(CancelGrace, config.dbCancelGrace)
+    )
+    const clients = Layer.effectContext(Effect.map(
+      Option.match(config.databaseUrl, {
+        onNone: () => embeddedClient(config),
+        onSome: (url) => networkClients(url, config)
+      }),
+      ({ client, listeners }) => Context.make(PgClient.PgClient, client).pipe(Context.add(SqlClient.SqlClient, client), Context.add(Listeners, listeners))
+    )).pipe(Layer.provide(Reactivity.layer))
+    return Layer.merge(clients, settings)
   })
-).pipe(Layer.provide(BunContext.layer))
-
-/** SqlClient + PgClient + DbPool + DatabaseMode, on a migrated schema. */
-export const SqlLive = MigratorLive.pipe(Layer.provideMerge(ClientLive))
+)
 
 /**
  * Database and row-decoding failures are defects to the API: they never appear in a handler's
@@ -154,92 +188,23 @@ export const SqlLive = MigratorLive.pipe(Layer.provideMerge(ClientLive))
  */
 export const orDieOnDb = <A, E, R>(
   effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, Exclude<E, SqlError | ParseResult.ParseError>, R> =>
-  Effect.catchAll(effect, (error) =>
-    error instanceof SqlError || ParseResult.isParseError(error)
+): Effect.Effect<A, Exclude<E, SqlError.SqlError | Schema.SchemaError>, R> =>
+  Effect.catch(effect, (error) =>
+    SqlError.isSqlError(error) || Schema.isSchemaError(error)
       ? Effect.die(error)
-      : Effect.fail(error as Exclude<E, SqlError | ParseResult.ParseError>))
+      : Effect.fail(error as Exclude<E, SqlError.SqlError | Schema.SchemaError>))
 
 /**
- * LISTEN on `channel` over a connection of its own, as a stream of notification payloads; the
- * stream fails when that connection is lost (callers retry). Used instead of PgClient.listen,
- * whose shared listen connection (an RcRef) leaks when its subscriber is interrupted while the
- * connection is still opening: Effect 3.22's RcRef never closes the scope of an interrupted
- * acquisition, so a server stopped just after it started kept one connection open for good.
- * Here acquireRelease opens the connection uninterruptibly and always registers its end.
+ * LISTEN on `channel` over a connection of its own (held until the stream ends; from Listeners
+ * when provided, else from the client's pool), as a stream of notification payloads; the stream
+ * fails when that connection is lost (callers retry). The connection is taken and registered
+ * within the stream's scope, so a subscriber interrupted while it is still opening gives it back
+ * too. Not in embedded mode: notifications do not cross PGlite's socket.
  */
-export const listen = (channel: string): Stream.Stream<string, SqlError, DbPool> =>
-  Stream.unwrapScoped(Effect.gen(function*() {
-    const pool = yield* DbPool
-    const client = yield* Effect.acquireRelease(
-      Effect.tryPromise({
-        try: async () => {
-          const connection = new Pg.Client(pool.options)
-          // Errors are reported through the stream below; an unheard "error" event would crash.
-          connection.on("error", () => {})
-          try {
-            await connection.connect()
-            await connection.query(`LISTEN ${Pg.escapeIdentifier(channel)}`)
-          } catch (cause) {
-            await connection.end().catch(() => {})
-            throw cause
-          }
-          return connection
-        },
-        catch: (cause) => new SqlError({ cause, message: `Failed to LISTEN on ${channel}` })
-      }),
-      (connection) => Effect.promise(() => connection.end().catch(() => {})).pipe(Effect.timeoutOption(1000))
-    )
-    return Stream.async<string, SqlError>((emit) => {
-      client.on("notification", (message) => {
-        if (message.channel === channel) void emit.single(message.payload ?? "")
-      })
-      client.on("error", (cause) => void emit.fail(new SqlError({ cause, message: `LISTEN connection on ${channel} failed` })))
-      client.on("end", () => void emit.fail(new SqlError({ cause: null, message: `LISTEN connection on ${channel} closed` })))
-    })
+export const listen = (channel: string): Stream.Stream<string, SqlError.SqlError, PgClient.PgClient> =>
+  Stream.unwrap(Effect.gen(function*() {
+    const own = yield* Effect.serviceOption(Listeners)
+    const client = Option.isSome(own) ? own.value : yield* PgClient.PgClient
+    const notifications: Queue.Dequeue<{ readonly payload: string }, SqlError.SqlError> = yield* client.listen(channel)
+    return Stream.map(Stream.fromQueue(notifications), (notification) => notification.payload)
   }))
-
-/** What a pg connection offers for COPY FROM STDIN (pg's Connection has it; its type declarations do not). */
-interface CopyInConnection {
-  sendCopyFromChunk(chunk: Uint8Array): void
-  endCopyFrom(): void
-}
-
-const canCopyIn = (connection: object): connection is CopyInConnection =>
-  typeof Reflect.get(connection, "sendCopyFromChunk") === "function" && typeof Reflect.get(connection, "endCopyFrom") === "function"
-
-/**
- * The pg client under a transaction's connection, for COPY: @effect/sql-pg 0.53 keeps it in the
- * connection's `pg` field (not part of its declared type). None when that is not so.
- */
-export const pgClientOf = (connection: object): Option.Option<Pg.ClientBase> => {
-  const client: unknown = Reflect.get(connection, "pg")
-  return client instanceof Pg.Client ? Option.some(client) : Option.none()
-}
-
-/**
- * `COPY … FROM STDIN` of `data` on `client`, through pg's custom-query interface (what
- * pg-copy-streams builds on; that package is not installed). Not for PGlite, which cannot COPY
- * from the client.
- */
-export const copyFromStdin = (client: Pg.ClientBase, statement: string, data: Uint8Array): Effect.Effect<void, SqlError> =>
-  Effect.async<void, SqlError>((resume) => {
-    let settled = false
-    const settle = (outcome: Effect.Effect<void, SqlError>) => {
-      if (settled) return
-      settled = true
-      resume(outcome)
-    }
-    client.query({
-      submit: (connection: Pg.Connection) => connection.query(statement),
-      handleCopyInResponse: (connection: Pg.Connection) => {
-        if (!canCopyIn(connection)) return settle(Effect.fail(new SqlError({ cause: null, message: "This pg connection cannot COPY" })))
-        connection.sendCopyFromChunk(data)
-        connection.endCopyFrom()
-      },
-      handleCommandComplete: () => {},
-      // pg drops a query once it failed: its ReadyForQuery goes to no one.
-      handleError: (cause: Error) => settle(Effect.fail(new SqlError({ cause, message: "Failed to execute statement" }))),
-      handleReadyForQuery: () => settle(Effect.void)
-    })
-  })

@@ -3,7 +3,7 @@
  * the whole catalog (migration 0002, search, lists, cursors) on the embedded PGlite database.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Either } from "effect"
+import { Result } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -27,7 +27,7 @@ describe("the generator", () => {
     for (const hook of sample) {
       const { id: _id, ...withoutId } = hook
       const validated = validateHookRecord(withoutId)
-      expect(Either.getOrThrow(validated)).toEqual(hook)
+      expect(Result.getOrThrow(validated)).toEqual(hook)
       expect(hook.id).toBe(derivedHookId(hook.platform, hook.source_url!))
     }
   })

@@ -3,12 +3,14 @@
  * the first embedded start, by the tests and by the benchmark. Seeding is an upsert keyed on the
  * derived ids, so running it again (or with a larger count) adds only what is missing.
  */
-import { Effect } from "effect"
-import Pg from "pg"
-import { upsertHooksParams, upsertHooksSql } from "./CatalogSql.js"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Redacted } from "effect"
+import * as Reactivity from "effect/reactivity/Reactivity"
+import { upsertHooksSql } from "./CatalogSql.js"
 import { defaultDemoSeed, demoCategories, demoHook } from "./DemoData.js"
 import { HookCatalog } from "./HookCatalog.js"
 import type { HookRecord } from "./HookRecord.js"
+import { hookColumnParams } from "./Import.js"
 
 export interface SeedOptions {
   readonly seed?: number
@@ -39,35 +41,29 @@ export const seedDemoCatalog = (count: number, options: SeedOptions = {}) =>
   })
 
 /**
- * Seeds a migrated database directly through `pg`, for CLIs and the benchmark: multi-row
+ * Seeds a migrated database directly, for CLIs and the benchmark: multi-row
  * `INSERT … SELECT FROM unnest(…)` batches, two statements in flight so generating the next
  * batch overlaps writing the last one.
  */
-export const seedDemoDatabase = async (databaseUrl: string, count: number, options: SeedOptions = {}) => {
+export const seedDemoDatabase = (databaseUrl: string, count: number, options: SeedOptions = {}): Promise<void> => {
   const seed = options.seed ?? defaultDemoSeed
   const batchSize = options.batchSize ?? 5_000
-  const pool = new Pg.Pool({ connectionString: databaseUrl, max: 2 })
-  try {
-    await pool.query(
-      `INSERT INTO categories (slug, name) SELECT * FROM unnest($1::text[], $2::text[])
-       ON CONFLICT (slug) DO UPDATE SET name = EXCLUDED.name`,
-      [demoCategories.map((c) => c.slug), demoCategories.map((c) => c.name)]
-    )
-    let written = 0
-    const inFlight = new Set<Promise<void>>()
-    for (let from = 0; from < count; from += batchSize) {
+  const batches = Array.from({ length: Math.ceil(count / batchSize) }, (_, i) => i * batchSize)
+  let written = 0
+  const seeding = Effect.gen(function*() {
+    const sql = yield* PgClient.make({ url: Redacted.make(databaseUrl), maxConnections: 2 })
+    yield* sql`INSERT INTO categories (slug, name) SELECT * FROM unnest(${demoCategories.map((c) => c.slug)}::text[], ${demoCategories.map((c) => c.name)}::text[])
+       ON CONFLICT (slug) DO UPDATE SET name = EXCLUDED.name`
+    yield* Effect.forEach(batches, (from) => {
       const to = Math.min(count, from + batchSize)
-      const write: Promise<void> = pool.query(upsertHooksSql, upsertHooksParams(batchOf(from, to, seed))).then(() => {
-        written += to - from
-        options.onProgress?.(written, count)
-        inFlight.delete(write)
-      })
-      inFlight.add(write)
-      if (inFlight.size >= 2) await Promise.race(inFlight)
-    }
-    await Promise.all(inFlight)
-    await pool.query("ANALYZE hooks; ANALYZE hook_search; ANALYZE hook_search_repeats")
-  } finally {
-    await pool.end()
-  }
+      return Effect.suspend(() => sql.unsafe(upsertHooksSql, hookColumnParams(batchOf(from, to, seed)))).pipe(
+        Effect.andThen(Effect.sync(() => {
+          written += to - from
+          options.onProgress?.(written, count)
+        }))
+      )
+    }, { concurrency: 2, discard: true })
+    for (const table of ["hooks", "hook_search", "hook_search_repeats"]) yield* sql.unsafe(`ANALYZE ${table}`)
+  })
+  return Effect.runPromise(seeding.pipe(Effect.scoped, Effect.provide(Reactivity.layer)))
 }
