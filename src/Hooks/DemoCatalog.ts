@@ -6,11 +6,10 @@
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Redacted } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
-import { upsertHooksSql } from "./CatalogSql.js"
+import { hookColumnParams, upsertHooksSql } from "./CatalogSql.js"
 import { defaultDemoSeed, demoCategories, demoHook } from "./DemoData.js"
 import { HookCatalog } from "./HookCatalog.js"
 import type { HookRecord } from "./HookRecord.js"
-import { hookColumnParams } from "./Import.js"
 
 export interface SeedOptions {
   readonly seed?: number

@@ -7,14 +7,13 @@
  * - JSON array: `index` is the 0-based position of the element in the array.
  * The same function serves the admin route (the request body) and any CLI (a file).
  */
-import { PgTypes } from "@effect/sql-pg"
 import { Effect, Fiber, Option, Result, Stream } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { SqlClient, type SqlError } from "effect/sql"
 import type { ImportResult } from "../Admin/Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
 import { orDieOnDb, withoutStatementTimeout } from "../Sql.js"
-import { createImportStagingSql, hookColumns, hookColumnTypes, upsertStagedHooksSql } from "./CatalogSql.js"
+import { createImportStagingSql, hookColumnParams, stageHooksSql, upsertStagedHooksSql } from "./CatalogSql.js"
 import { HookCatalog } from "./HookCatalog.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
 import { type ImportFormat, isSpace, NotAHookArray, type Piece, splitterFor } from "./ImportSplitters.js"
@@ -61,35 +60,6 @@ const split = (run: () => Array<Piece>) =>
       return error instanceof NotAHookArray ? Effect.fail(new ValidationFailed({ message: error.message })) : Effect.die(error)
     }
   })
-
-/**
- * A column's values as one typed array parameter: float8 columns bind as float8[], the others as
- * text[] that the statement casts (jsonb values as their JSON text). Typed explicitly because the
- * driver infers an array's type from its elements, and a column of nulls, or of whole and
- * fractional numbers, has no single inferred type.
- */
-const columnParameter = (records: ReadonlyArray<HookRecord>, column: (typeof hookColumns)[number], type: string) => {
-  const json = type === "jsonb"
-  const values = records.map((record) => {
-    const value: unknown = record[column]
-    return value === null || value === undefined ? null : json ? JSON.stringify(value) : type === "float8" ? value : String(value)
-  })
-  return Result.getOrThrow(PgTypes.array(values, type === "float8" ? PgTypes.OID.float8 : PgTypes.OID.text))
-}
-
-/** One typed array parameter per column, in hookColumns order (upsertHooksSql's $1 … $17). */
-export const hookColumnParams = (records: ReadonlyArray<HookRecord>): Array<PgTypes.Parameter> =>
-  hookColumns.map((column, i) => columnParameter(records, column, hookColumnTypes[i]))
-
-/**
- * Stages a batch: $1 … $17 one array per column (hookColumns order), $18 the seq of the record
- * before the first. Binary arrays cost the database less than parsing the batch as one JSON
- * document (json_populate_recordset): 200,000 demo hooks staged in ~3.0 s against ~4.5 s.
- */
-const stageHooksSql = `
-  INSERT INTO hook_import_staging
-  SELECT ${hookColumns.map((column) => `u.${column}`).join(", ")}, $${hookColumns.length + 1}::bigint + u.ord
-    FROM unnest(${hookColumnTypes.map((type, i) => `$${i + 1}::${type}[]`).join(", ")}) WITH ORDINALITY AS u(${hookColumns.join(", ")}, ord)`
 
 /**
  * Stages batches in the import's transaction (in its scope) with one statement in flight while the
