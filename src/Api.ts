@@ -1,34 +1,17 @@
 /** The whole Hookline contract as one HttpApi: the server, the client and /openapi.json derive from it. */
-import { HttpApi, OpenApi } from "@effect/platform"
+import { HttpApi, OpenApi } from "effect/http-api"
 import { AdminApi } from "./Admin/Api.js"
-import {
-  InternalErrorWire,
-  NotFoundWire,
-  PayloadTooLargeWire,
-  StatementTimedOutWire,
-  UnsupportedMediaTypeWire,
-  ValidationFailedWire
-} from "./Errors.js"
 import { HooksApi } from "./Hooks/Api.js"
 import { WalletApi } from "./Ledger/Api.js"
 import { PredictApi, UploadApi } from "./Predictions/Api.js"
 import { SystemApi } from "./System/Api.js"
+import { ApiErrors } from "./System/ApiErrors.js"
 import { WebhooksApi } from "./Webhooks/Api.js"
 
 export class HooklineApi extends HttpApi.make("hookline")
-  .add(WalletApi)
-  .add(HooksApi)
-  .add(PredictApi)
-  .add(UploadApi)
-  .add(WebhooksApi)
-  .add(AdminApi)
-  .add(SystemApi)
-  .addError(ValidationFailedWire)
-  .addError(NotFoundWire)
-  .addError(PayloadTooLargeWire)
-  .addError(UnsupportedMediaTypeWire)
-  .addError(InternalErrorWire)
-  .addError(StatementTimedOutWire)
+  .add(WalletApi, HooksApi, PredictApi, UploadApi, WebhooksApi, AdminApi, SystemApi)
+  // Added last, so it is every endpoint's outermost middleware and its errors are on every route.
+  .middleware(ApiErrors)
   .annotate(OpenApi.Title, "Hookline API")
   .annotate(OpenApi.Version, "1.0.0")
   .annotate(OpenApi.Servers, [
@@ -93,7 +76,14 @@ const dropFrameworkDecodeError = (spec: Record<string, unknown>): Record<string,
       }
     }
   }
-  const components = spec.components as { schemas?: Record<string, unknown> } | undefined
+  const components = spec.components as {
+    schemas?: Record<string, unknown>
+    securitySchemes?: Record<string, { type?: string; scheme?: string }>
+  } | undefined
   if (components?.schemas !== undefined) delete components.schemas["HttpApiDecodeError"]
+  // HTTP auth scheme names are case-insensitive (RFC 9110 §11.1); OpenAPI's examples write them lower-case.
+  for (const scheme of Object.values(components?.securitySchemes ?? {})) {
+    if (scheme.type === "http" && scheme.scheme !== undefined) scheme.scheme = scheme.scheme.toLowerCase()
+  }
   return spec
 }

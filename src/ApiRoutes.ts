@@ -3,11 +3,11 @@
  * schemas and the route templates of metrics and logs are tables built from it, keyed as the
  * router matches a request (`routeKey`: "GET /v1/hooks/:id").
  */
-import type { HttpApiEndpoint } from "@effect/platform"
 import { Option } from "effect"
+import type { HttpApiEndpoint } from "effect/http-api"
 import { HooklineApi } from "./Api.js"
 
-export type DeclaredEndpoint = HttpApiEndpoint.HttpApiEndpoint.AnyWithProps
+export type DeclaredEndpoint = HttpApiEndpoint.Top
 
 /** Every endpoint of every group, in declaration order. */
 export const declaredEndpoints: ReadonlyArray<DeclaredEndpoint> = Object.values(HooklineApi.groups).flatMap(

@@ -2,28 +2,29 @@
  * The whole server as one Layer: database (migrated) → services → HTTP app + background fibers.
  * main.ts attaches it to a Bun server; the tests do the same on a random port.
  */
-import { HttpRouter, HttpServer } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import { Layer } from "effect"
+import type { HttpServer } from "effect/http"
 import { Accounts } from "./Admin/Accounts.js"
 import { Auth } from "./Auth/Auth.js"
-import { Secrets, ServerConfig } from "./Config.js"
+import { Secrets } from "./Config.js"
 import { HookCatalog } from "./Hooks/HookCatalog.js"
 import { HttpAppLive } from "./Http.js"
 import { Idempotency, IdempotencySweeperLive } from "./Idempotency/Idempotency.js"
+import { WalletAlerts } from "./Ledger/Alerts.js"
 import { CreditHistory } from "./Ledger/History.js"
 import { Ledger } from "./Ledger/Ledger.js"
-import { Usage } from "./Ledger/Usage.js"
-import { WalletAlerts } from "./Ledger/Alerts.js"
 import { LedgerSweeperLive } from "./Ledger/Sweeper.js"
+import { Usage } from "./Ledger/Usage.js"
 import { Metrics } from "./Observability/Metrics.js"
 import { MetricsListenerLive } from "./Observability/MetricsEndpoint.js"
+import { Sampling } from "./Observability/Sampling.js"
 import { TracingLive } from "./Observability/Tracing.js"
 import { BlobStore } from "./Predictions/BlobStore.js"
 import { PredictionJobs } from "./Predictions/Jobs.js"
-import { PredictionUploads } from "./Predictions/Uploads.js"
-import { WorkSignal } from "./Predictions/WorkSignal.js"
 import { PredictionsSweeperLive } from "./Predictions/Sweeper.js"
+import { PredictionUploads } from "./Predictions/Uploads.js"
 import { WorkerLive } from "./Predictions/Worker.js"
+import { WorkSignal } from "./Predictions/WorkSignal.js"
 import { RateLimits } from "./RateLimit/RateLimits.js"
 import { SqlLive } from "./Sql.js"
 import * as Server from "./System/Server.js"
@@ -34,29 +35,30 @@ import { Webhooks } from "./Webhooks/Webhooks.js"
 
 /** Domain services, each needing only the database and configuration. */
 export const ServicesLive = Layer.mergeAll(
-  Auth.Default,
-  Ledger.Default,
-  CreditHistory.Default,
-  Usage.Default,
-  WalletAlerts.Default,
-  Idempotency.Default,
-  Accounts.Default,
-  HookCatalog.Default,
-  Webhooks.Default,
-  WebhookDeliveries.Default,
-  RateLimits.Default,
-  Metrics.Default,
-  BlobStore.Default,
-  WorkSignal.Default,
-  PredictionJobs.Default,
-  PredictionUploads.Default,
-  Secrets.Live
+  Auth.layer,
+  Ledger.layer,
+  CreditHistory.layer,
+  Usage.layer,
+  WalletAlerts.layer,
+  Idempotency.layer,
+  Accounts.layer,
+  HookCatalog.layer,
+  Webhooks.layer,
+  WebhookDeliveries.layer,
+  RateLimits.layer,
+  Metrics.layer,
+  Sampling.layer,
+  BlobStore.layer,
+  WorkSignal.layer,
+  PredictionJobs.layer,
+  PredictionUploads.layer,
+  Secrets.layer
 )
 
 /**
  * Fibers in the back yard: sweepers, workers, dispatchers; and the metrics listener (METRICS_PORT),
  * which like them belongs to the server process, not to the admin CLI's. The workers need a
- * ClipScorer, left to the caller: ClipScorer.Default in production, a fake in tests and benches.
+ * ClipScorer, left to the caller: ClipScorer.layer in production, a fake in tests and benches.
  */
 export const BackgroundLive = Layer.mergeAll(
   LedgerSweeperLive,
@@ -68,23 +70,17 @@ export const BackgroundLive = Layer.mergeAll(
   MetricsListenerLive
 )
 
-/** Bun's own body limit sits above the largest upload; each route enforces its own limit. */
-const maxRequestBodySize = 300 * 1024 * 1024
-
-export const ServerLive = Layer.unwrapEffect(
-  Effect.map(ServerConfig, (config) =>
-    Server.layer({ port: config.port, hostname: config.host, maxRequestBodySize, idleTimeout: 60 })
-  )
-)
+/** The server on PORT and HOST. */
+export const ServerLive = Server.layerFromConfig
 
 /** What the application needs from its HTTP server layer (Server.layer provides it). */
-export type ServerServices = HttpServer.HttpServer | HttpRouter.HttpRouter.DefaultServices | ShutdownGate
+export type ServerServices = Layer.Success<ReturnType<typeof Server.layer>> | HttpServer.HttpServer | ShutdownGate
 
 /** The HTTP app, its services and the database, plus `background` (fibers, or nothing). */
 const withServices = <E, R, EB, RB>(server: Layer.Layer<ServerServices, E, R>, background: Layer.Layer<never, EB, RB>) =>
   Layer.mergeAll(
     // Acquired after the HTTP app, so on shutdown it drains requests before the app is torn down.
-    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive.pipe(HttpServer.withLogAddress)), Layer.provideMerge(server)),
+    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive), Layer.provideMerge(server)),
     background
   ).pipe(
     Layer.provideMerge(ServicesLive),
@@ -95,7 +91,7 @@ const withServices = <E, R, EB, RB>(server: Layer.Layer<ServerServices, E, R>, b
 
 /**
  * The running application, given an HTTP server layer. Its workers score clips with the
- * ClipScorer the caller provides: `appLayer(server).pipe(Layer.provide(ClipScorer.Default))`.
+ * ClipScorer the caller provides: `appLayer(server).pipe(Layer.provide(ClipScorer.layer))`.
  */
 export const appLayer = <E, R>(server: Layer.Layer<ServerServices, E, R>) => withServices(server, BackgroundLive)
 

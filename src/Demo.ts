@@ -26,7 +26,7 @@ export const ensureDemo = Effect.gen(function*() {
     const accounts = yield* Accounts
     const auth = yield* Auth
     const account = yield* accounts.create({ name: "Demo", plan: "pro" })
-    const key = yield* auth.createKey(account.id, undefined).pipe(Effect.orDie)
+    const key = yield* auth.createKey(account.id, undefined)
     yield* seedDemoCatalog(config.demoCatalogSize)
     demo = { account_id: account.id, api_key: key.api_key }
     writeFileSync(file, JSON.stringify(demo, null, 2), { mode: 0o600 })

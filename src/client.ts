@@ -3,13 +3,14 @@
  *
  *   const client = yield* makeHooklineClient({ baseUrl: "http://localhost:8080", apiKey: "hkl_live_…" })
  *   const wallet = yield* client.wallet.get()
- *   const page = yield* client.hooks.search({ urlParams: { q: "money" } })
+ *   const page = yield* client.hooks.search({ query: { q: "money" } })
  *
  * Errors arrive as the classes in Errors.ts (InsufficientCredits, InvalidCursor, ...).
- * Provide an HttpClient, e.g. `FetchHttpClient.layer` from @effect/platform.
+ * Provide an HttpClient, e.g. `FetchHttpClient.layer` from effect/http.
  */
-import { HttpApiClient, HttpClient, HttpClientRequest } from "@effect/platform"
 import type { Effect } from "effect"
+import { HttpClient, HttpClientRequest } from "effect/http"
+import { HttpApiClient } from "effect/http-api"
 import { HooklineApi } from "./Api.js"
 
 export interface ClientOptions {
@@ -31,7 +32,7 @@ export const makeHooklineClient = (options: ClientOptions) =>
     })
   })
 
-export type HooklineClient = Effect.Effect.Success<ReturnType<typeof makeHooklineClient>>
+export type HooklineClient = Effect.Success<ReturnType<typeof makeHooklineClient>>
 
 export { HooklineApi } from "./Api.js"
 export * from "./Errors.js"

@@ -1,6 +1,6 @@
 /** Start: config → database (migrated) → services → HTTP server + background fibers. */
-import { BunRuntime } from "@effect/platform-bun"
-import { Effect, Layer, Option } from "effect"
+import { NodeRuntime } from "@effect/platform-node"
+import { Cause, Effect, Exit, Layer, Option, Runtime } from "effect"
 import { rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { appLayer, ServerLive } from "./App.js"
@@ -14,7 +14,7 @@ import { ClipScorer } from "./Predictions/Scorer.js"
  * Once the server listens: in embedded mode tell the admin CLI where (DATA_DIR/server.json) and
  * on the first start create the demo account, key and catalog; then say where everything is.
  */
-const Startup = Layer.scopedDiscard(
+const Startup = Layer.effectDiscard(
   Effect.gen(function*() {
     const config = yield* ServerConfig
     const embedded = Option.isNone(config.databaseUrl)
@@ -31,12 +31,16 @@ const Startup = Layer.scopedDiscard(
   })
 )
 
-const Main = Startup.pipe(Layer.provideMerge(appLayer(ServerLive)), Layer.provide(ClipScorer.Default))
+const Main = Startup.pipe(Layer.provideMerge(appLayer(ServerLive)), Layer.provide(ClipScorer.layer))
+
+/** A stop asked for by a signal (the main fiber interrupted, everything released) exits 0, as orchestrators expect. */
+const teardown: Runtime.Teardown = (exit, onExit) =>
+  Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)
 
 Layer.launch(Main).pipe(
   // Runs after every layer has released (requests drained, work handed back, database closed).
   Effect.onInterrupt(() => Effect.logInfo("Hookline stopped")),
-  // No pretty logger from runMain: LoggingLive is the only logger (one line per entry, redacted).
+  // LoggingLive is the only logger (one line per entry, redacted).
   Effect.provide(LoggingLive),
-  (main) => BunRuntime.runMain(main, { disablePrettyLogger: true })
+  NodeRuntime.runMain({ teardown })
 )

@@ -1,8 +1,27 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { type AccountBody, type ErrorBody, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
+import { connect } from "node:net"
 import { expectEnvelope } from "./support/envelope.js"
 
 let server: TestServer
+
+/** One GET over a connection bound to `localAddress` (any 127.x address reaches the loopback server); the status. */
+const requestFrom = (localAddress: string, url: string, path: string, headers: Record<string, string>): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const { hostname, port } = new URL(url)
+    const socket = connect({ host: hostname, port: Number(port), localAddress }, () => {
+      const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("")
+      socket.write(`GET ${path} HTTP/1.1\r\nhost: ${hostname}\r\nconnection: close\r\n${lines}\r\n`)
+    })
+    let received = ""
+    socket.on("data", (chunk) => (received += chunk.toString("latin1")))
+    socket.on("error", reject)
+    socket.on("close", () => {
+      const status = /^HTTP\/1\.1 (\d{3})/.exec(received)
+      if (status === null) reject(new Error(`no HTTP answer: ${received.slice(0, 80)}`))
+      else resolve(Number(status[1]))
+    })
+  })
 
 beforeAll(async () => {
   server = await startTestServer()
@@ -218,6 +237,25 @@ describe("rate limits", () => {
       expect(answers.slice(0, 5).every((a) => a.status === 401)).toBe(true)
       expectEnvelope(answers[6], 429, "rate_limit_exceeded")
       expect(Number(answers[6].headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+    } finally {
+      await limited.stop()
+      await limited.db.end()
+    }
+  })
+
+  test("the failed-authentication limit counts each client address apart (admin token from 127.0.0.1 and 127.0.0.2)", async () => {
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true", RATE_LIMIT_FAILED_AUTH_PER_MINUTE: "20" }, {
+      databaseUrl: server.databaseUrl
+    })
+    try {
+      const wrongAdmin = { authorization: "Bearer admin_wrong" }
+      const fromFirst = []
+      for (let i = 0; i < 21; i++) fromFirst.push(await requestFrom("127.0.0.1", limited.url, "/admin/accounts/acct_nobody", wrongAdmin))
+      expect(fromFirst.slice(0, 20)).toEqual(Array.from({ length: 20 }, () => 401))
+      expect(fromFirst[20]).toBe(429)
+      // Another client, same server: its own count, so a wrong token is a plain 401.
+      expect(await requestFrom("127.0.0.2", limited.url, "/admin/accounts/acct_nobody", wrongAdmin)).toBe(401)
+      expect(await requestFrom("127.0.0.2", limited.url, "/v1/wallet", { authorization: `Bearer hkl_live_${"x".repeat(32)}` })).toBe(401)
     } finally {
       await limited.stop()
       await limited.db.end()

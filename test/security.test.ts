@@ -22,7 +22,7 @@ beforeAll(async () => {
   server = await startTestServer(
     { LOG_LEVEL: "All", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true", AUTH_CACHE_TTL: "0 millis", OTEL_TRACES_SAMPLER: "always_on" },
     // Every level, the plain JSON logger without the redaction net: clean by construction or not at all.
-    { tracer, logger: Logger.map(Logger.jsonLogger, (line) => logLines.push(line)) }
+    { tracer, logger: Logger.map(Logger.formatJson, (line) => logLines.push(line)) }
   )
 })
 afterAll(async () => {
@@ -72,7 +72,7 @@ describe("secrets stay out of logs and spans", () => {
     const logs = logLines.join("\n")
     const attributes = JSON.stringify(spans.map((span) => [span.name, [...span.attributes]]))
     // Debug lines were written too, and the refused request was logged (its access line), without the key.
-    expect(logLines.some((line) => line.includes('"logLevel":"DEBUG"'))).toBe(true)
+    expect(logLines.some((line) => line.includes('"level":"DEBUG"'))).toBe(true)
     expect(logLines.some((line) => line.includes(inQuery.headers.get("x-request-id")!))).toBe(true)
     for (const secret of secrets) {
       expect(logs.includes(secret)).toBe(false)

@@ -157,6 +157,49 @@ describe("graceful shutdown", () => {
   }, 60_000)
 })
 
+describe("a metered request cut off by the grace period", () => {
+  test("is interrupted and refunds its hold before the process exits", async () => {
+    const server = await spawnServer({
+      deployment: shared,
+      env: { LOG_LEVEL: "Info", SHUTDOWN_GRACE_PERIOD: "300 millis", SEARCH_TIMEOUT: "60 seconds", DB_STATEMENT_TIMEOUT: "60 seconds" }
+    })
+    const { accountId, key } = await adminClient(server, shared.adminToken).account({ monthly_balance: 100 })
+    // The search reserves its credits, then waits on the catalog, locked by this transaction.
+    const locker = await db.connect()
+    await locker.query("BEGIN")
+    await locker.query("LOCK TABLE hooks IN ACCESS EXCLUSIVE MODE")
+    let released = false
+    const release = async () => {
+      if (released) return
+      released = true
+      await locker.query("ROLLBACK")
+      locker.release()
+    }
+    try {
+      const search = fetch(`${server.url}/v1/hooks/search?q=money`, { headers: { authorization: `Bearer ${key}` } })
+        .then((r) => r.status, () => "connection closed" as const)
+      await eventually("the search holds its credits", async () =>
+        (await db.query("SELECT 1 FROM holds WHERE account_id = $1 AND status = 'pending'", [accountId])).rowCount === 1)
+
+      server.kill("SIGTERM")
+      await eventually("the grace period ended", () => server.output().includes("grace period over"))
+      // The lock outlives the request: what ends the request is the shutdown, not the catalog.
+      setTimeout(() => void release(), 3_000)
+      expect(await server.exited).toBe(0)
+      expect([503, "connection closed"]).toContain(await search)
+      const { rows } = await db.query<{ status: string }>("SELECT status FROM holds WHERE account_id = $1", [accountId])
+      expect(rows.map((row) => row.status)).toEqual(["refunded"])
+      const journal = await db.query<{ entry_type: string; amount: string }>(
+        "SELECT entry_type, amount FROM credit_journal WHERE account_id = $1 AND hold_id IS NOT NULL ORDER BY seq",
+        [accountId]
+      )
+      expect(journal.rows.map((row) => [row.entry_type, Number(row.amount)])).toEqual([["reserve", -2], ["release", 2]])
+    } finally {
+      await release()
+    }
+  }, 60_000)
+})
+
 describe("stopping right after start", () => {
   test("leaves no database connection behind (the LISTEN connections included)", async () => {
     const databaseUrl = await createDatabase()

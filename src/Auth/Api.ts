@@ -1,12 +1,7 @@
 /** The access contract: who is calling, which rule a route follows, and the bearer middleware. */
-import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
-import { Context, Schema } from "effect"
-import {
-  AccountSuspendedWire,
-  ApiNotEnabledWire,
-  InvalidApiKeyWire,
-  RateLimitExceededWire
-} from "../Errors.js"
+import { Context } from "effect"
+import { HttpApiMiddleware, HttpApiSecurity } from "effect/http-api"
+import { AccountSuspendedWire, ApiNotEnabledWire, InvalidApiKeyWire, RateLimitExceededWire } from "../Errors.js"
 import type { Scope } from "./Domain.js"
 
 export { allScopes, Plan, Scope } from "./Domain.js"
@@ -17,7 +12,7 @@ export interface Caller {
   readonly keyId: string
   readonly plan: string
 }
-export class CurrentCaller extends Context.Tag("hookline/CurrentCaller")<CurrentCaller, Caller>() {}
+export class CurrentCaller extends Context.Service<CurrentCaller, Caller>()("hookline/CurrentCaller") {}
 
 /**
  * The access rule of one endpoint, declared beside it in its Api.ts: the key scope it needs
@@ -27,14 +22,16 @@ export interface AccessRuleValue {
   readonly scope: Scope | null
   readonly openWithoutApiAccess: boolean
 }
-export class AccessRule extends Context.Tag("hookline/AccessRule")<AccessRule, AccessRuleValue>() {}
+export class AccessRule extends Context.Service<AccessRule, AccessRuleValue>()("hookline/AccessRule") {}
 export const needs = (scope: Scope | null, openWithoutApiAccess = false): AccessRuleValue => ({
   scope,
   openWithoutApiAccess
 })
 
-export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("hookline/Authentication", {
-  provides: CurrentCaller,
-  failure: Schema.Union(InvalidApiKeyWire, AccountSuspendedWire, ApiNotEnabledWire, RateLimitExceededWire),
-  security: { bearer: HttpApiSecurity.bearer }
-}) {}
+export class Authentication extends HttpApiMiddleware.Service<Authentication, { provides: CurrentCaller }>()(
+  "hookline/Authentication",
+  {
+    error: [InvalidApiKeyWire, AccountSuspendedWire, ApiNotEnabledWire, RateLimitExceededWire],
+    security: { bearer: HttpApiSecurity.bearer }
+  }
+) {}

@@ -4,9 +4,9 @@
  */
 import { Schema } from "effect"
 
-export const Scope = Schema.Literal("hooks:read", "predict:write", "webhooks:write")
+export const Scope = Schema.Literals(["hooks:read", "predict:write", "webhooks:write"])
 export type Scope = typeof Scope.Type
 export const allScopes: ReadonlyArray<Scope> = Scope.literals
 
-export const Plan = Schema.Literal("free", "creator", "pro", "business", "enterprise", "invite", "complimentary", "custom")
+export const Plan = Schema.Literals(["free", "creator", "pro", "business", "enterprise", "invite", "complimentary", "custom"])
 export type Plan = typeof Plan.Type

@@ -3,10 +3,9 @@
  * does. Keys are found by the SHA-256 hash of the plain key; the plain key never reaches the
  * database. Database and decoding failures are defects.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
-import { prepared, StatementRunner } from "../StatementRunner.js"
 import { Plan, Scope } from "./Domain.js"
 
 /** A live key and what its account may do. */
@@ -27,39 +26,40 @@ export const NewKey = Schema.Struct({
 })
 export type NewKey = typeof NewKey.Type
 
-export class KeysRepo extends Effect.Service<KeysRepo>()("hookline/KeysRepo", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const run = yield* StatementRunner
+const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
 
-    /** The unrevoked key with this hash, with its account's plan, suspension and the key's scopes. */
-    const findLiveKeyByHash = SqlSchema.findOne({
-      Request: Schema.String,
-      Result: KeyOwnerRow,
-      execute: (hash) =>
-        run(prepared(sql`
-          SELECT k.id AS key_id, k.account_id, a.plan, a.suspended, k.scopes
-            FROM api_keys k JOIN accounts a ON a.id = k.account_id
-           WHERE k.key_hash = ${hash} AND k.revoked_at IS NULL`))
-    })
-
-    const insertKey = SqlSchema.single({
-      Request: NewKey,
-      Result: Schema.Struct({ created_at: Schema.DateFromSelf }),
-      execute: ({ accountId, id, keyHash, scopes }) =>
-        sql`
-          INSERT INTO api_keys (id, account_id, key_hash, scopes)
-          VALUES (${id}, ${accountId}, ${keyHash}, string_to_array(${scopes.join(",")}, ','))
-          RETURNING created_at`
-    })
-
-    /** Marks the key revoked (the first revocation's time stays); None when no such key exists. */
-    const revokeKey = SqlSchema.findOne({
-      Request: Schema.String,
-      Result: Schema.Struct({ id: Schema.String }),
-      execute: (keyId) => sql`UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = ${keyId} RETURNING id`
-    })
-
-    return atRepoBoundary("KeysRepo", { findLiveKeyByHash, insertKey, revokeKey })
+  /** The unrevoked key with this hash, with its account's plan, suspension and the key's scopes. */
+  const findLiveKeyByHash = SqlSchema.findOneOption({
+    Request: Schema.String,
+    Result: KeyOwnerRow,
+    execute: (hash) =>
+      sql`
+        SELECT k.id AS key_id, k.account_id, a.plan, a.suspended, k.scopes
+          FROM api_keys k JOIN accounts a ON a.id = k.account_id
+         WHERE k.key_hash = ${hash} AND k.revoked_at IS NULL`
   })
-}) {}
+
+  const insertKey = SqlSchema.findOne({
+    Request: NewKey,
+    Result: Schema.Struct({ created_at: Schema.Date }),
+    execute: ({ accountId, id, keyHash, scopes }) =>
+      sql`
+        INSERT INTO api_keys (id, account_id, key_hash, scopes)
+        VALUES (${id}, ${accountId}, ${keyHash}, string_to_array(${scopes.join(",")}, ','))
+        RETURNING created_at`
+  })
+
+  /** Marks the key revoked (the first revocation's time stays); None when no such key exists. */
+  const revokeKey = SqlSchema.findOneOption({
+    Request: Schema.String,
+    Result: Schema.Struct({ id: Schema.String }),
+    execute: (keyId) => sql`UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = ${keyId} RETURNING id`
+  })
+
+  return atRepoBoundary("KeysRepo", { findLiveKeyByHash, insertKey, revokeKey })
+})
+
+export class KeysRepo extends Context.Service<KeysRepo, Effect.Success<typeof make>>()("hookline/KeysRepo") {
+  static readonly layer = Layer.effect(KeysRepo, make)
+}

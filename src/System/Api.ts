@@ -1,32 +1,31 @@
 /** Liveness and readiness probes, and the Prometheus scrape endpoint. */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { InvalidApiKeyWire, RateLimitExceededWire, ServiceUnavailableWire } from "../Errors.js"
 
-export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotations({ identifier: "Health" })
+export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotate({ identifier: "Health" })
+
+const PrometheusText = Schema.String.pipe(
+  HttpApiSchema.asText({ contentType: "text/plain; version=0.0.4; charset=utf-8" })
+).annotate({
+  description: "The Prometheus text exposition format 0.0.4: `# HELP` and `# TYPE` lines, then one " +
+    "`name{label=\"value\"} number` sample a line."
+})
 
 export class SystemApi extends HttpApiGroup.make("system")
   .add(
-    HttpApiEndpoint.get("healthz", "/healthz")
-      .addSuccess(Health)
+    HttpApiEndpoint.get("healthz", "/healthz", { success: Health })
       .annotate(OpenApi.Summary, "Liveness: the process is up")
   )
   .add(
-    HttpApiEndpoint.get("readyz", "/readyz")
-      .addSuccess(Health)
-      .addError(ServiceUnavailableWire)
+    HttpApiEndpoint.get("readyz", "/readyz", { success: Health, error: ServiceUnavailableWire })
       .annotate(OpenApi.Summary, "Readiness: the database answers and migrations are applied")
   )
   .add(
-    HttpApiEndpoint.get("metrics", "/metrics")
-      .addSuccess(
-        HttpApiSchema.Text({ contentType: "text/plain; version=0.0.4; charset=utf-8" }).annotations({
-          description: "The Prometheus text exposition format 0.0.4: `# HELP` and `# TYPE` lines, then one " +
-            "`name{label=\"value\"} number` sample a line."
-        })
-      )
-      .addError(InvalidApiKeyWire)
-      .addError(RateLimitExceededWire)
+    HttpApiEndpoint.get("metrics", "/metrics", {
+      success: PrometheusText,
+      error: [InvalidApiKeyWire, RateLimitExceededWire]
+    })
       .annotate(OpenApi.Summary, "Prometheus metrics of this process (Authorization: Bearer <METRICS_TOKEN>; 404 when it is unset)")
       .annotate(
         OpenApi.Description,

@@ -6,8 +6,9 @@
  * a broken badge offline), and compression: brotli or gzip when the client accepts it (about a
  * quarter of the size). Each form is made once, on first demand, off the event loop.
  */
-import { HttpApiBuilder, HttpApiSwagger, HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
+import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpApiSwagger } from "effect/http-api"
 import { promisify } from "node:util"
 import { brotliCompress, constants, gzip } from "node:zlib"
 import { HooklineApi } from "../Api.js"
@@ -15,14 +16,13 @@ import { HooklineApi } from "../Api.js"
 export const docsPath = "/docs"
 
 /** Where the Swagger UI options are written in HttpApiSwagger's page. */
-const swaggerOptionsAnchor = "dom_id: '#swagger-ui',"
+const swaggerOptionsAnchor = 'dom_id: "#swagger-ui",'
 
 /** HttpApiSwagger's page for the API, rendered once through its own router. */
 const renderSwaggerPage = Effect.promise(async () => {
-  const { dispose, handler } = HttpLayerRouter.toWebHandler(
-    HttpApiSwagger.layerHttpLayerRouter({ api: HooklineApi, path: docsPath }),
-    { disableLogger: true }
-  )
+  const { dispose, handler } = HttpRouter.toWebHandler(HttpApiSwagger.layer(HooklineApi, { path: docsPath }), {
+    disableLogger: true
+  })
   try {
     return await (await handler(new Request(`http://localhost${docsPath}`))).text()
   } finally {
@@ -35,7 +35,7 @@ export const docsPage = Effect.flatMap(renderSwaggerPage, (html) =>
   html.includes(swaggerOptionsAnchor)
     ? Effect.succeed(Buffer.from(html.replace(swaggerOptionsAnchor, `${swaggerOptionsAnchor}\n        validatorUrl: "none",`)))
     // A Swagger page of another shape: fail loudly rather than serve a page that calls out.
-    : Effect.dieMessage("HttpApiSwagger's page changed: cannot set validatorUrl"))
+    : Effect.die(new Error("HttpApiSwagger's page changed: cannot set validatorUrl")))
 
 const compressBrotli = promisify(brotliCompress)
 const compressGzip = promisify(gzip)
@@ -57,7 +57,7 @@ export const chooseEncoding = (acceptEncoding: string | undefined): DocsEncoding
   return "identity"
 }
 
-export const DocsLive = HttpApiBuilder.Router.use((router) =>
+export const DocsLive = HttpRouter.use((router) =>
   Effect.gen(function*() {
     const plain = yield* Effect.cached(docsPage)
     const forms: Record<DocsEncoding, Effect.Effect<Uint8Array>> = {
@@ -70,7 +70,8 @@ export const DocsLive = HttpApiBuilder.Router.use((router) =>
         ))),
       gzip: yield* Effect.cached(Effect.flatMap(plain, (page) => Effect.promise(() => compressGzip(page, { level: 6 }))))
     }
-    yield* router.get(
+    yield* router.add(
+      "GET",
       docsPath,
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest

@@ -1,6 +1,6 @@
-import { HttpApiBuilder } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Duration, Effect } from "effect"
+import { SqlClient } from "effect/sql"
+import { HttpApiBuilder } from "effect/http-api"
 import { readdirSync } from "node:fs"
 import { HooklineApi } from "../Api.js"
 import { ServiceUnavailable } from "../Errors.js"
@@ -17,25 +17,24 @@ const latestMigrationId = Math.max(
   })
 )
 
+const notAnswering = new ServiceUnavailable({ message: "The database does not answer." })
+
 export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handlers) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const metrics = yield* Metrics
     return handlers
       .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
-      .handle("metrics", () => Effect.zipRight(checkMetricsAccess, metrics.scrape))
+      .handle("metrics", () => Effect.andThen(checkMetricsAccess, metrics.scrape))
       .handle("readyz", () =>
         sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM effect_sql_migrations`.pipe(
-          Effect.timeout("2 seconds"),
+          Effect.timeoutOrElse({ duration: Duration.seconds(2), orElse: () => Effect.fail(notAnswering) }),
+          Effect.catchTag("SqlError", () => Effect.fail(notAnswering)),
           Effect.flatMap((rows) =>
             (rows[0]?.latest ?? 0) >= latestMigrationId
               ? Effect.succeed({ status: "ok" as const })
-              : new ServiceUnavailable({ message: "Database migrations are not applied yet." })
-          ),
-          Effect.catchTags({
-            SqlError: () => new ServiceUnavailable({ message: "The database does not answer." }),
-            TimeoutException: () => new ServiceUnavailable({ message: "The database does not answer." })
-          })
+              : Effect.fail(new ServiceUnavailable({ message: "Database migrations are not applied yet." }))
+          )
         ))
   })
 )

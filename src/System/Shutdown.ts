@@ -1,77 +1,97 @@
 /**
- * Graceful shutdown. On SIGTERM/SIGINT `BunRuntime.runMain` interrupts the application and its
+ * Graceful shutdown. On SIGTERM/SIGINT `NodeRuntime.runMain` interrupts the application and its
  * layers release in reverse order of acquisition. `DrainOnShutdownLive` is acquired after the
- * HTTP app, so its release runs first, while the database, the services and the request fibers
- * are all still alive:
+ * HTTP server, so its release runs first, while the database, the services and the request
+ * fibers are all still alive:
  *
- * 1. the gate (a counter in the front door, src/System/Server.ts) closes: every new request (on a new or a kept-alive connection) is answered
- *    503 `service_unavailable` with `Connection: close`, so clients and load balancers go elsewhere;
+ * 1. the gate closes: every new request (on a new or a kept-alive connection) is answered
+ *    503 `service_unavailable` with `Connection: close` (src/System/Pipeline.ts), so clients and
+ *    load balancers go elsewhere;
  * 2. requests already admitted run to the end, for at most SHUTDOWN_GRACE_PERIOD (default 10 s);
- * 3. then the rest of the application releases: the HTTP server interrupts whatever request is
- *    still running (a metered one refunds its hold), workers hand their claimed jobs back to the
+ * 3. requests still running then are interrupted, and the drain waits for them to end: a
+ *    metered one refunds its hold while the database is still there;
+ * 4. then the rest of the application releases: workers hand their claimed jobs back to the
  *    queue, the webhook dispatcher hands its leases back, traces are flushed, the process exits 0.
  *
  * Background fibers are interrupted alongside step 2 (they are independent of requests).
  */
-import { Config, Duration, Effect, Layer } from "effect"
+import { Config, Context, Duration, Effect, Fiber, Layer } from "effect"
 
 export const ShutdownConfig = Config.all({
   /** How long admitted requests may keep running after a shutdown signal. */
-  gracePeriod: Config.duration("SHUTDOWN_GRACE_PERIOD").pipe(Config.withDefault(Duration.seconds(10)))
+  gracePeriod: Config.Duration("SHUTDOWN_GRACE_PERIOD").pipe(Config.withDefault(Duration.seconds(10)))
 })
 
-/**
- * The admission gate of the front door (src/System/Server.ts): a plain counter of the requests
- * in flight and a draining flag, touched synchronously on every request (no fiber, no Ref).
- */
-export class ShutdownGate extends Effect.Service<ShutdownGate>()("hookline/ShutdownGate", {
-  effect: Effect.gen(function*() {
-    const config = yield* ShutdownConfig
-    let inFlight = 0
-    let draining = false
-    let whenIdle: (() => void) | null = null
+/** How long interrupted requests get to run their finalizers (refunds) before the app releases anyway. */
+const interruptGrace = Duration.seconds(5)
 
-    /** Admits a request (counts it) unless draining. */
-    const enter = (): boolean => {
-      if (draining) return false
-      inFlight++
-      return true
-    }
+type RequestFiber = Fiber.Fiber<unknown, unknown>
 
-    const leave = (): void => {
-      inFlight--
-      if (inFlight === 0 && whenIdle !== null) whenIdle()
-    }
+const make = Effect.gen(function*() {
+  const config = yield* ShutdownConfig
+  // The fibers of the admitted requests: the scope the shutdown closes. A plain Set touched
+  // synchronously on every request (no fiber, no Ref).
+  const running = new Set<RequestFiber>()
+  let draining = false
+  let whenIdle: (() => void) | null = null
 
-    const idle = Effect.async<void>((resume) => {
-      if (inFlight === 0) return resume(Effect.void)
-      whenIdle = () => resume(Effect.void)
-      return Effect.sync(() => (whenIdle = null))
-    })
+  const leave = (fiber: RequestFiber): void => {
+    running.delete(fiber)
+    if (running.size === 0 && whenIdle !== null) whenIdle()
+  }
 
-    /** Closes the gate, then waits for admitted requests to finish, up to the grace period. */
-    const drain = Effect.gen(function*() {
-      draining = true
-      yield* Effect.logInfo("shutting down: refusing new requests, finishing those in flight").pipe(
-        Effect.annotateLogs({ in_flight: inFlight, grace_period: Duration.format(config.gracePeriod) })
-      )
-      const finished = yield* idle.pipe(
-        // Finalizers run uninterruptibly; the wait must be interruptible for the timeout to end it.
-        Effect.interruptible,
-        Effect.timeoutTo({ duration: config.gracePeriod, onSuccess: () => true, onTimeout: () => false })
-      )
-      if (!finished) {
-        yield* Effect.logWarning("grace period over: interrupting the requests still running").pipe(
-          Effect.annotateLogs({ in_flight: inFlight })
-        )
-      }
-    })
+  /**
+   * Admits the request running on `fiber` unless draining, and tracks it until the fiber ends:
+   * after its answer is handed to Bun and its server span has ended, so the traces flushed at
+   * shutdown hold it.
+   */
+  const enter = (fiber: RequestFiber): boolean => {
+    if (draining) return false
+    running.add(fiber)
+    fiber.addObserver(() => leave(fiber))
+    return true
+  }
 
-    return { enter, leave, drain, isDraining: () => draining, inFlight: () => inFlight } as const
+  const idle = Effect.callback<void>((resume) => {
+    if (running.size === 0) return resume(Effect.void)
+    whenIdle = () => resume(Effect.void)
+    return Effect.sync(() => (whenIdle = null))
   })
-}) {}
 
-/** Acquire it after the HTTP app (so its release runs first): drains on shutdown. */
-export const DrainOnShutdownLive = Layer.scopedDiscard(
+  /** Closes the gate, waits for admitted requests up to the grace period, then interrupts the rest. */
+  const drain = Effect.gen(function*() {
+    draining = true
+    yield* Effect.logInfo("shutting down: refusing new requests, finishing those in flight").pipe(
+      Effect.annotateLogs({ in_flight: running.size, grace_period: Duration.format(config.gracePeriod) })
+    )
+    const finished = yield* idle.pipe(
+      Effect.as(true),
+      // Finalizers run uninterruptibly; the wait must be interruptible for the timeout to end it.
+      Effect.interruptible,
+      Effect.timeoutOrElse({ duration: config.gracePeriod, orElse: () => Effect.succeed(false) })
+    )
+    if (finished) return
+    yield* Effect.logWarning("grace period over: interrupting the requests still running").pipe(
+      Effect.annotateLogs({ in_flight: running.size })
+    )
+    yield* Fiber.interruptAll([...running]).pipe(
+      Effect.interruptible,
+      Effect.timeoutOrElse({
+        duration: interruptGrace,
+        orElse: () => Effect.logWarning("requests still running after their interruption; releasing the application")
+      })
+    )
+  })
+
+  return { enter, leave, drain, isDraining: () => draining, inFlight: () => running.size } as const
+})
+
+/** The admission gate: which requests are admitted and running, and the drain that ends them. */
+export class ShutdownGate extends Context.Service<ShutdownGate, Effect.Success<typeof make>>()("hookline/ShutdownGate") {
+  static readonly layer = Layer.effect(ShutdownGate, make)
+}
+
+/** Acquire it after the HTTP server (so its release runs first): drains on shutdown. */
+export const DrainOnShutdownLive = Layer.effectDiscard(
   Effect.flatMap(ShutdownGate, (gate) => Effect.addFinalizer(() => gate.drain))
 )

@@ -18,6 +18,6 @@ const outcome = await Effect.runPromise(
       eventId: "evt_tls",
       body: "{}"
     })
-  ).pipe(Effect.provide(WebhookTransport.Default))
+  ).pipe(Effect.provide(WebhookTransport.layer))
 )
 console.log(JSON.stringify(outcome))

@@ -2,8 +2,8 @@
  * A real Hookline server for tests: a fresh database on the local Postgres (127.0.0.1:5432,
  * or TEST_DATABASE_URL), the whole application layer on a random port, real HTTP.
  */
-import { HttpServer } from "@effect/platform"
-import { ConfigProvider, Context, Effect, Exit, Layer, Logger, LogLevel, Scope, type Tracer } from "effect"
+import { ConfigProvider, Context, Effect, Exit, Layer, Logger, type LogLevel, References, Scope, Tracer } from "effect"
+import { HttpServer } from "effect/http"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -179,6 +179,12 @@ export interface TestServer {
   readonly close: () => Promise<void>
 }
 
+/** A LOG_LEVEL setting as Effect names it ("Warning" and "Warn" alike). */
+const logLevelOf = (name: string): LogLevel.LogLevel => {
+  const levels = ["All", "Fatal", "Error", "Warn", "Info", "Debug", "Trace", "None"] as const
+  return levels.find((level) => name.toLowerCase().startsWith(level.toLowerCase())) ?? "Warn"
+}
+
 /** Settings every test server uses unless a test overrides them. */
 const testDefaults: Record<string, string> = {
   LOG_LEVEL: "Warning",
@@ -197,7 +203,7 @@ export const startTestServer = async (
     readonly logger?: Logger.Logger<unknown, unknown>
     /** false: no background fibers (no worker claims rows a test inserts). Default true. */
     readonly background?: boolean
-    /** The clip scorer the workers use (the predictions tests control it); default ClipScorer.Default. */
+    /** The clip scorer the workers use (the predictions tests control it); default ClipScorer.layer. */
     readonly scorer?: Layer.Layer<ClipScorer>
   } = {}
 ): Promise<TestServer> => {
@@ -213,24 +219,29 @@ export const startTestServer = async (
     HOST: "127.0.0.1",
     ...env
   }))
-  const provider = ConfigProvider.fromMap(settings).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
-  const level = LogLevel.fromLiteral((settings.get("LOG_LEVEL") ?? "Warning") as LogLevel.Literal)
+  const inherited: Record<string, string> = {}
+  for (const [name, value] of Object.entries(process.env)) if (value !== undefined) inherited[name] = value
+  const provider = ConfigProvider.fromEnv({ env: { ...inherited, ...Object.fromEntries(settings) } })
+  const level = logLevelOf(settings.get("LOG_LEVEL") ?? "Warning")
   const scope = Effect.runSync(Scope.make())
   const application = options.background ?? true
-    ? appLayer(Server.layerLoopback()).pipe(Layer.provide(options.scorer ?? ClipScorer.Default))
+    ? appLayer(Server.layerLoopback()).pipe(Layer.provide(options.scorer ?? ClipScorer.layer))
     : apiOnlyLayer(Server.layerLoopback())
   const layer = application.pipe(
-    Layer.provide(Logger.minimumLogLevel(level)),
+    Layer.provide(Layer.succeed(References.MinimumLogLevel, level)),
     // Request ids added as LoggingLive adds them (no redaction: a test's lines must be clean by construction).
-    Layer.provide(options.logger === undefined ? Layer.empty : Logger.replace(Logger.defaultLogger, withRequestId(options.logger))),
-    Layer.provide(options.tracer === undefined ? Layer.empty : Layer.setTracer(options.tracer)),
-    Layer.provide(Layer.setConfigProvider(provider))
+    Layer.provide(options.logger === undefined ? Layer.empty : Logger.layer([withRequestId(options.logger)])),
+    Layer.provide(options.tracer === undefined ? Layer.empty : Layer.succeed(Tracer.Tracer, options.tracer)),
+    Layer.provide(ConfigProvider.layer(provider))
   )
   const app = await Effect.runPromise(
-    Layer.buildWithScope(layer, scope).pipe(Effect.withConfigProvider(provider), Logger.withMinimumLogLevel(level))
+    Layer.buildWithScope(layer, scope).pipe(
+      Effect.provideService(ConfigProvider.ConfigProvider, provider),
+      Effect.provideService(References.MinimumLogLevel, level)
+    )
   )
   const address = Context.get(app, HttpServer.HttpServer).address
-  if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
+  if (address._tag === "UnixPathAddress") throw new Error("expected a TCP address")
   const url = `http://127.0.0.1:${address.port}`
   const db = testPool(databaseUrl, 4)
 

@@ -1,0 +1,137 @@
+/**
+ * The error envelope for what the framework answers by itself: every failure that is not one
+ * of the contract's errors becomes one (decode failures 422, a multipart body on a JSON route
+ * 415, a statement the database cancelled 503, a defect 500), in two places:
+ * - `ApiErrors` (src/System/ApiErrors.ts), an HttpApiMiddleware on every endpoint (outermost, so it also sees the bearer
+ *   middleware's failures): what it fails with is encoded by the endpoint's error schemas,
+ *   and /openapi.json lists these errors on every route;
+ * - `answerCause`, used by the request pipeline for what happens outside any endpoint (no
+ *   route, /docs, a defect in encoding), writing the envelope itself.
+ */
+import { Cause, Effect, Option, type Types } from "effect"
+import { HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpApiError } from "effect/http-api"
+import * as SchemaIssue from "effect/SchemaIssue"
+import { InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
+import { ApiErrors } from "./ApiErrors.js"
+import { isNulCharacterRefusal, isStatementCancelled, nulCharacterRefused } from "./InputGuards.js"
+import { noRouteMessage } from "./RouteHints.js"
+
+const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
+
+/** One short sentence naming the field and the rule, from a decode failure's issues. */
+export const describeDecodeError = (error: HttpApiError.HttpApiSchemaError): string => {
+  const issues = formatIssues(error.cause.issue).issues
+  const issue = issues[0]
+  if (issue === undefined) return "The request is not valid."
+  if (error.kind === "Payload" && issue.message === "Expected a valid JSON body") return "request: the body is not valid JSON"
+  const path = (issue.path ?? []).map((segment) => String(typeof segment === "object" ? segment.key : segment))
+  const field = path.length === 0 ? "request" : path.join(".")
+  const rule = issue.message
+    // JSON's number codec also takes the three non-finite spellings, and names only them.
+    .replace(/^Expected "Infinity" \| "-Infinity" \| "NaN"$/, "must be a number")
+    .replace(/^Expected (.*), got (.*)$/s, "must be $1, got $2")
+    .replace(/^Unexpected key.*$/s, "is not an allowed property")
+    .replace(/^Missing key.*$/s, "is required")
+  return `${field}: ${rule}${issues.length > 1 ? ` (and ${issues.length - 1} more)` : ""}`
+}
+
+const multipartRefused = new UnsupportedMediaType({
+  message: "This route takes a JSON body: send Content-Type: application/json (multipart forms are not accepted)."
+})
+
+const statementTimedOut = new ServiceUnavailable({
+  message: "The database took too long to answer and the request was cancelled; nothing was charged. Retry in a moment."
+})
+
+const internalError = new InternalError({ message: "Internal server error." })
+
+type FrameworkError = ValidationFailed | UnsupportedMediaType | InternalError | ServiceUnavailable
+
+/** What a defect is answered with: a contract error, logged when it is a bug. */
+const fromDefect = (defect: unknown, cause: Cause.Cause<unknown>): Effect.Effect<never, FrameworkError> => {
+  if (HttpApiError.HttpApiSchemaError.is(defect)) {
+    return defect.kind === "Body" || defect.kind === "ResponseHeaders"
+      ? Effect.logError("a response does not match its schema", cause).pipe(Effect.andThen(Effect.fail(internalError)))
+      : Effect.fail(new ValidationFailed({ message: describeDecodeError(defect) }))
+  }
+  if (isNulCharacterRefusal(defect)) return Effect.fail(nulCharacterRefused)
+  if (isStatementCancelled(defect)) {
+    return Effect.logWarning("a statement was cancelled by the database (DB_STATEMENT_TIMEOUT)").pipe(
+      Effect.andThen(Effect.fail(statementTimedOut))
+    )
+  }
+  if (HttpServerError.isHttpServerError(defect) && defect.reason._tag === "RequestParseError") {
+    return Effect.fail(new ValidationFailed({ message: "request: the body could not be read" }))
+  }
+  return Effect.logError("request failed with a defect", cause).pipe(Effect.andThen(Effect.fail(internalError)))
+}
+
+
+const isMultipart = (contentType: string | undefined) => contentType !== undefined && /^multipart\//i.test(contentType)
+
+/**
+ * The middleware: a body with a Content-Type the endpoint does not take is read as JSON when the
+ * endpoint takes JSON (clients often send JSON as text/plain), and refused 415 when multipart.
+ */
+export const ApiErrorsLive = ApiErrors.of((httpEffect, { endpoint }) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const contentType = request.headers["content-type"]
+    let effect = httpEffect
+    if (endpoint.payload.size > 0 && contentType !== undefined && endpoint.payload.has("application/json")) {
+      const mediaType = contentType.split(";")[0].trim().toLowerCase()
+      if (!endpoint.payload.has(mediaType)) {
+        if (isMultipart(contentType)) return Effect.fail(multipartRefused)
+        effect = Effect.provideService(
+          httpEffect,
+          HttpServerRequest.HttpServerRequest,
+          request.modify({ headers: { ...request.headers, "content-type": "application/json" } })
+        )
+      }
+    }
+    return Effect.catchCause(effect, (cause): Effect.Effect<never, FrameworkError | Types.unhandled> => {
+      const failure = Cause.findErrorOption(cause)
+      if (Option.isSome(failure)) {
+        const error: unknown = failure.value
+        return HttpApiError.HttpApiSchemaError.is(error) ? fromDefect(error, cause) : Effect.failCause(cause)
+      }
+      const defect = Cause.findDefect(cause)
+      return defect._tag === "Success" ? fromDefect(defect.success, cause) : Effect.failCause(cause)
+    })
+  })
+)
+
+const envelopeResponse = (status: number, type: string, message: string, requestId: string) =>
+  HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, { status })
+
+/** The answer to a failure outside any endpoint, in the envelope; an interruption stays one. */
+export const answerCause = <E>(
+  request: HttpServerRequest.HttpServerRequest,
+  cause: Cause.Cause<E>,
+  requestId: string
+): Effect.Effect<HttpServerResponse.HttpServerResponse, E> => {
+  if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause)
+  const failure = Cause.findErrorOption(cause)
+  if (Option.isSome(failure)) {
+    const error: unknown = failure.value
+    if (HttpServerError.isHttpServerError(error) && error.reason._tag === "RouteNotFound") {
+      return Effect.succeed(envelopeResponse(404, "not_found", noRouteMessage(request.method, request.url), requestId))
+    }
+  }
+  const defect = Cause.findDefect(cause)
+  const reason = defect._tag === "Success" ? defect.success : Option.getOrUndefined(failure)
+  return fromDefect(reason, cause).pipe(
+    Effect.catch((error) => {
+      const [status, type] = error._tag === "ValidationFailed"
+        ? [422, "validation_error"]
+        : error._tag === "UnsupportedMediaType"
+        ? [415, "unsupported_media_type"]
+        : error._tag === "ServiceUnavailable"
+        ? [503, "service_unavailable"]
+        : [500, "internal_error"]
+      return Effect.succeed(envelopeResponse(status, type, error.message, requestId))
+    })
+  )
+}
+
+export { ApiErrors } from "./ApiErrors.js"

@@ -1,0 +1,122 @@
+/**
+ * The request pipeline: a global middleware of the router, so it wraps every request (routed
+ * or not) and can still change the answer. In order:
+ *
+ * - the request id: the incoming X-Request-Id when it is a safe token, else a new one; every
+ *   answer repeats it, every log line of the request carries it;
+ * - the client address Bun saw (src/System/Server.ts) goes on the request (`remoteAddress`), so
+ *   the failed-authentication limit counts per real client;
+ * - admission: once shutdown starts, 503 `service_unavailable` with Retry-After and
+ *   Connection: close; an admitted request runs as one of the gate's fibers, which the
+ *   shutdown interrupts when the grace period ends (src/System/Shutdown.ts);
+ * - the request-head limit (431), control characters in the path (404), the JSON body limit
+ *   (413; a chunked body is counted by the adapter);
+ * - failures no endpoint answered become the envelope (src/System/Envelope.ts);
+ * - then the request metrics and the access log, labelled with the route template the router
+ *   matched, and for a request that was not sampled, the after-the-fact span of a 5xx or a slow one.
+ */
+import { Config, Context, Effect, Exit, Option, References, type Types } from "effect"
+import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { ServerConfig } from "../Config.js"
+import { RequestId } from "../Errors.js"
+import { newId } from "../Ids.js"
+import { recordRequestNow } from "../Observability/Metrics.js"
+import { pathOnly, publicPath, unmatchedRoute } from "../Observability/Routes.js"
+import { Sampling } from "../Observability/Sampling.js"
+import { answerCause } from "./Envelope.js"
+import { HeaderLimitConfig, hasControlCharacterInPath, requestHeadBytesAtMost } from "./InputGuards.js"
+import { BodyRefusal, ClientAddress, streamedBodyRoutes } from "./Server.js"
+import { ShutdownGate } from "./Shutdown.js"
+
+const incomingRequestId = /^[A-Za-z0-9_.:-]{1,128}$/
+
+const PipelineConfig = Config.all({
+  headLimit: HeaderLimitConfig,
+  maxJsonBodyBytes: Config.map(ServerConfig, (config) => config.maxJsonBodyBytes)
+})
+
+/** An answer the pipeline gives itself, in the contract's envelope. */
+const refusal = (status: number, type: string, message: string, requestId: string, close: boolean) =>
+  HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, {
+    status,
+    headers: {
+      ...(close ? { "connection": "close" } : {}),
+      ...(status === 503 ? { "retry-after": "1" } : {})
+    }
+  })
+
+type App = Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled>
+
+export const RequestPipelineLive = HttpRouter.middleware(
+  Effect.gen(function*() {
+    const gate = yield* ShutdownGate
+    const sampling = yield* Sampling
+    const { headLimit, maxJsonBodyBytes } = yield* PipelineConfig
+
+    /** The refusals that come before routing, or null when the request may go on. */
+    const guard = (request: HttpServerRequest.HttpServerRequest, path: string, refused: string | null, requestId: string) => {
+      if (!requestHeadBytesAtMost(request.method, request.url, request.headers, headLimit)) {
+        return refusal(431, "headers_too_large", `The request line and headers are larger than ${headLimit} bytes.`, requestId, true)
+      }
+      if (hasControlCharacterInPath(path)) {
+        return refusal(404, "not_found", "No resource has a path with control characters or broken percent-encoding.", requestId, false)
+      }
+      const tooLarge = () =>
+        refusal(413, "payload_too_large", `The request body is larger than ${maxJsonBodyBytes} bytes.`, requestId, true)
+      if (refused === "too large") return tooLarge()
+      if (refused === "broken") return refusal(422, "validation_error", "request: the body broke off before its end", requestId, true)
+      const declared = request.headers["content-length"]
+      if (declared !== undefined && Number(declared) > maxJsonBodyBytes && !streamedBodyRoutes.some((route) => route.test(path))) {
+        return tooLarge()
+      }
+      return null
+    }
+
+    return (app: App): App =>
+      Effect.withFiber((fiber) => {
+        const startedAt = Date.now()
+        const started = performance.now()
+        const original = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
+        const incoming = original.headers["x-request-id"]
+        const requestId = incoming !== undefined && incomingRequestId.test(incoming) ? incoming : newId("req")
+        const request = original.modify({ remoteAddress: Option.some(fiber.getRef(ClientAddress)) })
+        const path = pathOnly(request.url)
+        let route = unmatchedRoute
+
+        let answer: Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled>
+        if (!gate.enter(fiber)) {
+          answer = Effect.succeed(refusal(503, "service_unavailable", "The server is shutting down; retry the request.", requestId, true))
+        } else {
+          const refused = guard(request, path, fiber.getRef(BodyRefusal), requestId)
+          answer = refused !== null ? Effect.succeed(refused) : app.pipe(
+            // The router leaves the route it matched in the fiber's context.
+            Effect.ensuring(Effect.sync(() => {
+              route = Context.getOrUndefined(fiber.context, HttpRouter.RouteContext)?.route.path ?? unmatchedRoute
+            })),
+            Effect.catchCause((cause) => answerCause(request, cause, requestId)),
+            Effect.provideService(HttpServerRequest.HttpServerRequest, request)
+          )
+        }
+        return answer.pipe(
+          Effect.map((response) => HttpServerResponse.setHeader(response, "x-request-id", requestId)),
+          Effect.onExit((exit) => {
+            const status = Exit.isSuccess(exit) ? exit.value.status : 500
+            const durationMs = performance.now() - started
+            recordRequestNow(route, request.method, status, durationMs / 1000)
+            if (!fiber.getRef(References.TracerEnabled)) {
+              sampling.summarize({ requestId, method: request.method, route, status, startedAt, durationMs })
+            }
+            return Effect.logInfo("request").pipe(Effect.annotateLogs({
+              method: request.method,
+              route,
+              path: publicPath(request.url),
+              status,
+              duration_ms: Math.round(durationMs * 10) / 10
+            }))
+          }),
+          Effect.provideService(RequestId, requestId)
+        )
+      })
+  }),
+  { global: true }
+)
