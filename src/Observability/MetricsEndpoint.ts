@@ -5,14 +5,13 @@
  * METRICS_PORT adds a listener of its own (on METRICS_HOST, loopback by default) that serves
  * only GET /metrics, for a scraper on a private network; it asks for the token too when one is set.
  */
-import { HttpServerRequest } from "@effect/platform"
-import { Effect, Layer, Option, Redacted, Runtime } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
+import { HttpServerRequest } from "effect/http"
 import { bearerToken } from "../Auth/Bearer.js"
 import { InvalidApiKey, NotFound } from "../Errors.js"
 import { newId, sameSecret } from "../Ids.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
-import { Metrics, type MetricsConfig } from "./Metrics.js"
-import { prometheusContentType } from "./Prometheus.js"
+import { Metrics, type MetricsConfig, prometheusContentType } from "./Metrics.js"
 
 const tokenOf = (config: MetricsConfig) => Option.filter(config.token, (token) => Redacted.value(token) !== "")
 
@@ -41,13 +40,13 @@ const refusal = (status: number, type: string, message: string) => {
 }
 
 /** The separate metrics listener, when METRICS_PORT is set; stopped with the application. */
-export const MetricsListenerLive = Layer.scopedDiscard(
+export const MetricsListenerLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const metrics = yield* Metrics
     const { port, host } = metrics.config
     if (Option.isNone(port)) return
     const token = tokenOf(metrics.config)
-    const runScrape = Runtime.runPromise(yield* Effect.runtime<never>())
+    const runScrape = Effect.runPromiseWith(yield* Effect.context<never>())
     const server = yield* Effect.acquireRelease(
       Effect.sync(() =>
         Bun.serve({

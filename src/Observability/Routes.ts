@@ -1,57 +1,30 @@
 /**
- * Which route a request took, as the API declares it (`GET /v1/hooks/:id`), for metric labels,
- * access logs and spans: bounded label values, and no path segment that is a secret.
+ * Paths as they may be logged, traced and labelled: no query string, and no path segment that
+ * is a secret. Which route a request took is the router's (`HttpRouter.RouteContext`, the
+ * `http.route` span attribute); this file only knows which templates carry a credential.
  */
-import { declaredEndpoints } from "../ApiRoutes.js"
 
 /** Path parameters that are credentials (the upload link's token): never logged, traced or labelled. */
 const secretParams: ReadonlySet<string> = new Set(["token"])
 
-/** Served by the server wiring beside the API (src/Http.ts), not declared as endpoints. */
-const extraRoutes: ReadonlyArray<readonly [string, string]> = [
-  ["GET", "/docs"],
-  ["GET", "/openapi.json"]
-]
+/**
+ * The route templates whose path carries a credential (src/Predictions/Api.ts, the upload link).
+ * Listed here rather than read from the API's declaration: tracing sits below every module, the
+ * API above them all.
+ */
+const secretTemplates: ReadonlyArray<string> = ["/uploads/:token"]
 
-interface CompiledRoute {
-  readonly method: string
-  readonly template: string
-  readonly pattern: RegExp
-  readonly params: ReadonlyArray<string>
-  readonly hasSecret: boolean
+interface SecretRoute {
+  readonly template: ReadonlyArray<string>
   /** The literal part before the first secret parameter (`/uploads/`). */
-  readonly secretPrefix: string | null
+  readonly prefix: string
 }
 
-const compile = (method: string, template: string): CompiledRoute => {
-  const params: Array<string> = []
-  const source = template
-    .split("/")
-    .map((segment) => {
-      if (segment.startsWith(":")) {
-        params.push(segment.slice(1))
-        return "([^/]+)"
-      }
-      return segment.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
-    })
-    .join("/")
-  const firstSecret = template.split("/").findIndex((segment) => secretParams.has(segment.slice(1)) && segment.startsWith(":"))
-  return {
-    method,
-    template,
-    pattern: new RegExp(`^${source}/?$`),
-    params,
-    hasSecret: firstSecret !== -1,
-    secretPrefix: firstSecret === -1 ? null : template.split("/").slice(0, firstSecret).join("/") + "/"
-  }
-}
+const isSecretSegment = (segment: string) => segment.startsWith(":") && secretParams.has(segment.slice(1))
 
-const declared = declaredEndpoints.map((endpoint) => [endpoint.method, endpoint.path] as const)
-
-// Literal paths first, so /v1/hooks/search never counts as /v1/hooks/:id.
-const routes: ReadonlyArray<CompiledRoute> = [...declared, ...extraRoutes]
-  .map(([method, template]) => compile(method, template))
-  .sort((a, b) => a.params.length - b.params.length)
+const secretRoutes: ReadonlyArray<SecretRoute> = secretTemplates
+  .map((path) => path.split("/"))
+  .map((template) => ({ template, prefix: template.slice(0, template.findIndex(isSecretSegment)).join("/") + "/" }))
 
 /**
  * Probes and scrapes arrive every few seconds; their spans would drown the traces that matter,
@@ -59,44 +32,30 @@ const routes: ReadonlyArray<CompiledRoute> = [...declared, ...extraRoutes]
  */
 export const untracedPaths: ReadonlySet<string> = new Set(["/healthz", "/readyz", "/metrics"])
 
-/** The label for requests that match no route (bounded: the raw path is never a label). */
+/** The route label of a request no route took (bounded: the raw path is never a label). */
 export const unmatchedRoute = "unmatched"
 
 export const pathOnly = (url: string) => url.replace(/[?#].*$/s, "")
 
-/** The route template `method` + `url` matched, or "unmatched". HEAD counts as GET, as in the router. */
-export const routeOf = (method: string, url: string): string => {
-  const path = pathOnly(url)
-  const wanted = method === "HEAD" ? "GET" : method
-  for (const route of routes) {
-    if (route.method === wanted && route.pattern.test(path)) return route.template
-  }
-  return unmatchedRoute
-}
+/** The segments of `path` as `template` (`:name` matches one non-empty segment; a trailing slash is ignored). */
+const matches = (template: ReadonlyArray<string>, segments: ReadonlyArray<string>) =>
+  template.length === segments.length &&
+  template.every((part, i) => (part.startsWith(":") ? segments[i] !== "" : part === segments[i]))
 
 /**
  * The path without its query string, with secret parameters replaced by their name
- * (`/uploads/:token`), safe for logs and traces. Matching ignores the method, so a wrong-method
- * request to an upload link is redacted too.
+ * (`/uploads/:token`), safe for logs and traces. A path under a secret route's prefix that
+ * matches no template (`/uploads/x/y`) is cut at the prefix (`/uploads/:redacted`).
  */
 export const publicPath = (url: string): string => {
   const path = pathOnly(url)
-  for (const route of routes) {
-    if (!route.hasSecret) continue
-    const match = route.pattern.exec(path)
-    if (match === null) continue
-    let index = 0
-    return route.template
-      .split("/")
-      .map((segment) => {
-        if (!segment.startsWith(":")) return segment
-        const value = match[++index]
-        return secretParams.has(segment.slice(1)) ? segment : value
-      })
-      .join("/")
+  const segments = (path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path).split("/")
+  for (const route of secretRoutes) {
+    if (!matches(route.template, segments)) continue
+    return route.template.map((part, i) => (part.startsWith(":") && !isSecretSegment(part) ? segments[i] : part)).join("/")
   }
-  for (const route of routes) {
-    if (route.secretPrefix !== null && path.startsWith(route.secretPrefix)) return `${route.secretPrefix}:redacted`
+  for (const route of secretRoutes) {
+    if (path.startsWith(route.prefix)) return `${route.prefix}:redacted`
   }
   return path
 }

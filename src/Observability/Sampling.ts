@@ -7,12 +7,15 @@
  *   sampled flag of an incoming W3C `traceparent`, so a caller's trace is never cut.
  * - OTEL_TRACES_SAMPLER_ARG: the ratio for the `*traceidratio` samplers (default 0.01, 1 %).
  *
- * A request that was not sampled runs with the tracer off (no span objects, no SQL spans). If it
- * ends with a 5xx or takes longer than TRACES_SLOW_REQUEST (default 500 ms), one span is still
- * recorded for it after the fact: the route, status, duration and request id, so every error
- * and every slow request is in the traces.
+ * A request that was not sampled runs with `untracedReferences` in its context: the tracer off
+ * (no span objects, no SQL spans) and the server span skipped. If it ends with a 5xx or takes
+ * longer than TRACES_SLOW_REQUEST (default 500 ms), one span is still recorded for it after the
+ * fact: the route, status, duration and request id, so every error and every slow request is
+ * in the traces. Probes and scrapes (Routes.untracedPaths) are never sampled.
  */
-import { Config, ConfigError, Context, Duration, Effect, Either, Exit, Option } from "effect"
+import { Config, Context, Duration, Effect, Exit, Layer, Option, References, Schema, SchemaIssue } from "effect"
+import { HttpMiddleware } from "effect/http"
+import { untracedPaths } from "./Routes.js"
 import { SpanAttributes } from "./Tracing.js"
 
 const samplers = [
@@ -25,21 +28,23 @@ const samplers = [
 ] as const
 type SamplerName = typeof samplers[number]
 
+/** A setting that is present but unreadable: the boot fails with this message. */
+const invalid = (message: string) =>
+  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
+
 export const SamplingConfig = Config.all({
-  sampler: Config.string("OTEL_TRACES_SAMPLER").pipe(
+  sampler: Config.String("OTEL_TRACES_SAMPLER").pipe(
     Config.withDefault("parentbased_traceidratio"),
-    Config.mapOrFail((name) => {
+    Config.mapEffect((name) => {
       const found = samplers.find((known) => known === name.toLowerCase())
-      return found === undefined
-        ? Either.left(ConfigError.InvalidData([], `OTEL_TRACES_SAMPLER must be one of ${samplers.join(", ")}`))
-        : Either.right<SamplerName>(found)
+      return found === undefined ? invalid(`OTEL_TRACES_SAMPLER must be one of ${samplers.join(", ")}`) : Effect.succeed<SamplerName>(found)
     })
   ),
-  ratio: Config.number("OTEL_TRACES_SAMPLER_ARG").pipe(
+  ratio: Config.Number("OTEL_TRACES_SAMPLER_ARG").pipe(
     Config.withDefault(0.01),
-    Config.validate({ message: "OTEL_TRACES_SAMPLER_ARG must be between 0 and 1", validation: (r) => r >= 0 && r <= 1 })
+    Config.mapEffect((ratio) => (ratio >= 0 && ratio <= 1 ? Effect.succeed(ratio) : invalid("OTEL_TRACES_SAMPLER_ARG must be between 0 and 1")))
   ),
-  slowRequest: Config.duration("TRACES_SLOW_REQUEST").pipe(Config.withDefault(Duration.millis(500)))
+  slowRequest: Config.Duration("TRACES_SLOW_REQUEST").pipe(Config.withDefault(Duration.millis(500)))
 })
 
 /** Decides from the request's `traceparent` header (or its absence) whether to trace it. */
@@ -62,10 +67,21 @@ export const makeSampler = (name: SamplerName, ratio: number): TraceSampler => {
   return (traceparent) => parentSampled(traceparent) ?? root(traceparent)
 }
 
-/** What the front door knows of an answered request. */
+/**
+ * What an unsampled request runs with (add it to the request's context): the tracer off, so
+ * nothing inside makes a span, and the HTTP server span skipped.
+ */
+export const untracedReferences: Context.Context<never> = Context.add(
+  Context.make(References.TracerEnabled, false),
+  HttpMiddleware.TracerDisabledWhen,
+  () => true
+)
+
+/** What the request path knows of an answered request. */
 export interface RequestSummary {
   readonly requestId: string
   readonly method: string
+  /** The route template the router matched, or Routes.unmatchedRoute. */
   readonly route: string
   readonly status: number
   /** Epoch milliseconds. */
@@ -73,27 +89,46 @@ export interface RequestSummary {
   readonly durationMs: number
 }
 
-export class Sampling extends Effect.Service<Sampling>()("hookline/Sampling", {
-  effect: Effect.gen(function*() {
-    const config = yield* SamplingConfig
-    const tracer = yield* Effect.tracer
-    const slowMs = Duration.toMillis(config.slowRequest)
-    const sampler = makeSampler(config.sampler, config.ratio)
+const make = Effect.gen(function*() {
+  const config = yield* SamplingConfig
+  // The application's tracer (TracingLive's), as it is when this service is built.
+  const tracer = yield* Effect.tracer
+  const slowMs = Duration.toMillis(config.slowRequest)
+  const sampler = makeSampler(config.sampler, config.ratio)
 
-    /** Records one span for an unsampled request that failed (5xx) or was slow; nothing otherwise. */
-    const summarize = (request: RequestSummary): void => {
-      const failed = request.status >= 500
-      if (!failed && request.durationMs < slowMs) return
-      const start = BigInt(Math.round(request.startedAt * 1e6))
-      const span = tracer.span(`http.server ${request.method}`, Option.none(), Context.empty(), [], start, "server")
-      span.attribute("http.request.method", request.method)
-      span.attribute("http.route", request.route)
-      span.attribute("http.response.status_code", request.status)
-      span.attribute(SpanAttributes.requestId, request.requestId)
-      span.attribute("hookline.sampled_because", failed ? "error" : "slow")
-      span.end(start + BigInt(Math.round(request.durationMs * 1e6)), failed ? Exit.fail(`status ${request.status}`) : Exit.void)
-    }
+  /** Whether to trace a request to `path` (no query string) that carries `traceparent`. */
+  const sampled = (path: string, traceparent: string | null): boolean => !untracedPaths.has(path) && sampler(traceparent)
 
-    return { sampler, summarize } as const
-  })
-}) {}
+  /** Records one span for an unsampled request that failed (5xx) or was slow; nothing otherwise. */
+  const summarize = (request: RequestSummary): void => {
+    const failed = request.status >= 500
+    if (!failed && request.durationMs < slowMs) return
+    const start = BigInt(Math.round(request.startedAt * 1e6))
+    const span = tracer.span({
+      name: `http.server ${request.method}`,
+      parent: Option.none(),
+      annotations: Context.empty(),
+      links: [],
+      startTime: start,
+      kind: "server",
+      root: true,
+      sampled: true
+    })
+    span.attribute("http.request.method", request.method)
+    span.attribute("http.route", request.route)
+    span.attribute("http.response.status_code", request.status)
+    span.attribute(SpanAttributes.requestId, request.requestId)
+    span.attribute("hookline.sampled_because", failed ? "error" : "slow")
+    span.end(start + BigInt(Math.round(request.durationMs * 1e6)), failed ? Exit.fail(`status ${request.status}`) : Exit.void)
+  }
+
+  return { sampled, untraced: untracedReferences, summarize } as const
+})
+
+/**
+ * The sampling decision and the after-the-fact span of unsampled requests. Build it where the
+ * application's tracer (TracingLive) is already in place: it keeps the tracer it finds.
+ */
+export class Sampling extends Context.Service<Sampling, Effect.Success<typeof make>>()("hookline/Sampling") {
+  static readonly layer = Layer.effect(Sampling, make)
+}

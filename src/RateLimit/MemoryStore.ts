@@ -1,14 +1,17 @@
 /**
  * The in-process rate limit store (used when REDIS_URL is unset). It counts exactly as
- * @effect/experimental's `layerStoreMemory`, whose maps only ever grow: one entry per key and
- * per client address that ever failed to authenticate, kept forever. Here an entry that has run
- * out (its window passed, its bucket refilled) counts as absent and is dropped, and the store
- * holds at most `capacity` entries: at the cap the spent entries are swept and, if that is not
- * enough, the oldest tenth is dropped (forgetting a counter early only ever lets a request
+ * `effect/persistence`'s `RateLimiter.layerStoreMemory`, whose maps only ever grow: one entry
+ * per key and per client address that ever failed to authenticate, kept forever. Here an entry
+ * that has run out (its window passed, its bucket refilled) counts as absent and is dropped, and
+ * the store holds at most `capacity` entries: at the cap the spent entries are swept and, if that
+ * is not enough, the oldest tenth is dropped (forgetting a counter early only ever lets a request
  * through). The sweep runs once per tenth of the cap, so its cost per request stays constant.
+ *
+ * Hookline limits only its own clients, so the adaptive half of the store interface (learning
+ * an upstream's limit from its 429s) is inert: always "inactive", feedback ignored.
  */
-import { RateLimiter } from "@effect/experimental"
 import { Duration, Effect, Layer } from "effect"
+import { RateLimiter } from "effect/persistence"
 
 type Entry =
   | { readonly kind: "window"; count: number; expiresAt: number }
@@ -49,7 +52,7 @@ export const makeBoundedMemoryStore = (capacity: number) => {
       Effect.clockWith((clock) =>
         Effect.sync(() => {
           const refillMillis = Duration.toMillis(options.refillRate)
-          const now = clock.unsafeCurrentTimeMillis()
+          const now = clock.currentTimeMillisUnsafe()
           let counter = live(options.key, "window", now)
           if (counter === undefined || counter.kind !== "window") {
             makeRoom(now)
@@ -68,7 +71,7 @@ export const makeBoundedMemoryStore = (capacity: number) => {
       Effect.clockWith((clock) =>
         Effect.sync(() => {
           const refillMillis = Duration.toMillis(options.refillRate)
-          const now = clock.unsafeCurrentTimeMillis()
+          const now = clock.currentTimeMillisUnsafe()
           let bucket = live(options.key, "bucket", now)
           if (bucket === undefined || bucket.kind !== "bucket") {
             makeRoom(now)
@@ -81,11 +84,15 @@ export const makeBoundedMemoryStore = (capacity: number) => {
               bucket.lastRefill += refilled * refillMillis
             }
           }
+          // A full bucket refills from now on, not from its last refill (as the Redis store does).
+          if (bucket.tokens >= options.limit) bucket.lastRefill = now
           const left = bucket.tokens - options.tokens
           if (options.allowOverflow || left >= 0) bucket.tokens = left
-          return left
+          return [left, Math.max(0, now - bucket.lastRefill)] as const
         })
-      )
+      ),
+    adaptiveConsume: () => Effect.succeed({ delay: Duration.zero, epoch: 0, phase: "inactive" as const }),
+    adaptiveFeedback: () => Effect.void
   })
 
   return { store, size: () => entries.size }

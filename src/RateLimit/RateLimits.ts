@@ -1,18 +1,19 @@
 /**
  * Rate limits (decisions.md, "Rate limits"): a token bucket per key by plan, and a limit on
- * failed authentication per client address. The store is in process by default and Redis when
- * REDIS_URL is set, so limits hold across several server processes sharing it.
+ * failed authentication per client address, counted by `effect/persistence`'s RateLimiter. The
+ * store is in process by default (MemoryStore.ts) and Redis when REDIS_URL is set (BunRedis.ts),
+ * so limits hold across several server processes sharing it.
  *
  * Every /v1 answer carries the IETF `RateLimit-Policy` and `RateLimit` headers; a 429 also
  * carries `Retry-After`. A limited request is refused before any reserve, so it is never charged.
  */
-import { RateLimiter } from "@effect/experimental"
-import * as RedisStore from "@effect/experimental/RateLimiter/Redis"
-import { HttpApp, HttpServerResponse } from "@effect/platform"
-import { Config, ConfigError, Duration, Effect, Either, Layer, Option } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
+import { HttpEffect, HttpServerResponse } from "effect/http"
+import { RateLimiter } from "effect/persistence"
 import type { Plan } from "../Auth/Domain.js"
 import { wholeSeconds } from "../Durations.js"
-import { InvalidApiKey, RateLimitExceeded } from "../Errors.js"
+import { type InvalidApiKey, RateLimitExceeded } from "../Errors.js"
+import { layerBunRedis } from "./BunRedis.js"
 import { layerBoundedMemoryStore } from "./MemoryStore.js"
 
 interface Bucket {
@@ -22,24 +23,28 @@ interface Bucket {
   readonly burst: number
 }
 
+/** A setting that is present but unreadable: the boot fails with this message. */
+const invalid = (message: string) =>
+  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
+
 /** A tier's bucket as `rate/burst` (requests per second / burst), decisions.md's values by default. */
 const bucketConfig = (name: string, variable: string, fallback: string) =>
-  Config.string(variable).pipe(
+  Config.String(variable).pipe(
     Config.withDefault(fallback),
-    Config.mapOrFail((text) => {
+    Config.mapEffect((text) => {
       const match = /^\s*(\d+(?:\.\d+)?)\s*\/\s*(\d+)\s*$/.exec(text)
       return match === null || Number(match[1]) <= 0 || Number(match[2]) < 1
-        ? Either.left(ConfigError.InvalidData([], `${variable} must be "rate/burst", e.g. "${fallback}"`))
-        : Either.right<Bucket>({ name, rate: Number(match[1]), burst: Number(match[2]) })
+        ? invalid(`${variable} must be "rate/burst", e.g. "${fallback}"`)
+        : Effect.succeed<Bucket>({ name, rate: Number(match[1]), burst: Number(match[2]) })
     })
   )
 
 export const RateLimitConfig = Config.all({
-  enabled: Config.boolean("RATE_LIMIT_ENABLED").pipe(Config.withDefault(true)),
-  redisUrl: Config.option(Config.string("REDIS_URL")),
-  failedAuthPerMinute: Config.integer("RATE_LIMIT_FAILED_AUTH_PER_MINUTE").pipe(Config.withDefault(20)),
+  enabled: Config.Boolean("RATE_LIMIT_ENABLED").pipe(Config.withDefault(true)),
+  redisUrl: Config.option(Config.String("REDIS_URL")),
+  failedAuthPerMinute: Config.Int("RATE_LIMIT_FAILED_AUTH_PER_MINUTE").pipe(Config.withDefault(20)),
   /** Most counters the in-process store keeps (keys and failing addresses); see MemoryStore.ts. */
-  memoryEntries: Config.integer("RATE_LIMIT_MEMORY_ENTRIES").pipe(Config.withDefault(100_000)),
+  memoryEntries: Config.Int("RATE_LIMIT_MEMORY_ENTRIES").pipe(Config.withDefault(100_000)),
   pro: bucketConfig("pro", "RATE_LIMIT_PRO", "10/20"),
   business: bucketConfig("business", "RATE_LIMIT_BUSINESS", "50/100"),
   enterprise: bucketConfig("enterprise", "RATE_LIMIT_ENTERPRISE", "200/400")
@@ -59,73 +64,84 @@ const bucketFor = (plan: Plan, buckets: { readonly pro: Bucket; readonly busines
   }
 }
 
+/** Adds headers to the answer of the request this fiber serves (nothing outside a request). */
 const setHeaders = (headers: Record<string, string>) =>
-  HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(HttpServerResponse.setHeaders(response, headers)))
-
-export class RateLimits extends Effect.Service<RateLimits>()("hookline/RateLimits", {
-  scoped: Effect.gen(function*() {
-    const config = yield* RateLimitConfig
-    // Built in this service's scope: the Redis connection lives as long as the server.
-    const store = yield* Layer.build(
-      Option.match(config.redisUrl, {
-        onNone: () => layerBoundedMemoryStore(config.memoryEntries),
-        onSome: (url) => RedisStore.layerStore({ ...parseRedisUrl(url), prefix: "hookline:ratelimit:" })
-      })
-    )
-    const limiter = yield* RateLimiter.make.pipe(Effect.provide(store))
-
-    const consume = (key: string, policy: string, limit: number, window: Duration.Duration, algorithm: "token-bucket" | "fixed-window") =>
-      limiter.consume({ key, limit, window, algorithm, onExceeded: "fail" }).pipe(
-        Effect.tap((result) =>
-          setHeaders({
-            "ratelimit-policy": `"${policy}";q=${limit};w=${wholeSeconds(window)}`,
-            "ratelimit": `"${policy}";r=${result.remaining};t=${wholeSeconds(result.resetAfter)}`
-          })
-        ),
-        Effect.asVoid
-      )
-
-    /** The token bucket of the key's plan; 429 when it is empty. */
-    const perKey = (keyId: string, plan: Plan) => {
-      if (!config.enabled) return Effect.void
-      const bucket = bucketFor(plan, config)
-      const window = Duration.millis((bucket.burst / bucket.rate) * 1000)
-      return consume(`key:${keyId}`, bucket.name, bucket.burst, window, "token-bucket").pipe(
-        Effect.catchTag("RateLimiterError", (error) =>
-          error.reason === "Exceeded"
-            ? setHeaders({
-              "retry-after": String(wholeSeconds(error.retryAfter, 1)),
-              "ratelimit-policy": `"${bucket.name}";q=${bucket.burst};w=${wholeSeconds(window)}`,
-              "ratelimit": `"${bucket.name}";r=0;t=${wholeSeconds(error.retryAfter, 1)}`
-            }).pipe(
-              Effect.zipRight(new RateLimitExceeded({ message: `Rate limit of ${bucket.rate} requests per second (burst ${bucket.burst}) exceeded.` }))
-            )
-            : Effect.logWarning("rate limit store unavailable; request allowed", error.message)
-        )
-      )
-    }
-
-    /**
-     * Counts a failed authentication (a /v1 key or the /admin token) from `address`; past the
-     * limit the 401 becomes a 429.
-     */
-    const failedAuthentication = (address: string): Effect.Effect<void, RateLimitExceeded | InvalidApiKey> => {
-      if (!config.enabled) return Effect.void
-      const window = Duration.minutes(1)
-      return consume(`auth:${clientOf(address)}`, "failed-auth", config.failedAuthPerMinute, window, "fixed-window").pipe(
-        Effect.catchTag("RateLimiterError", (error) =>
-          error.reason === "Exceeded"
-            ? setHeaders({ "retry-after": String(wholeSeconds(error.retryAfter, 1)) }).pipe(
-              Effect.zipRight(new RateLimitExceeded({ message: "Too many failed authentication attempts from this address." }))
-            )
-            : Effect.logWarning("rate limit store unavailable; request allowed", error.message)
-        )
-      )
-    }
-
-    return { perKey, failedAuthentication } as const
+  Effect.withFiber((fiber) => {
+    HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (_request, response) => Effect.succeed(HttpServerResponse.setHeaders(response, headers)))
+    return Effect.void
   })
-}) {}
+
+/** The store: Redis when REDIS_URL is set (its connection lives as long as the server), else in process. */
+const storeLayer = (config: Config.Success<typeof RateLimitConfig>): Layer.Layer<RateLimiter.RateLimiterStore> =>
+  Option.match(config.redisUrl, {
+    onNone: () => layerBoundedMemoryStore(config.memoryEntries),
+    onSome: (url) => RateLimiter.layerStoreRedis({ prefix: "hookline:ratelimit:" }).pipe(Layer.provide(layerBunRedis(url)))
+  })
+
+const storeUnavailable = (error: RateLimiter.RateLimitStoreError) =>
+  Effect.logWarning("rate limit store unavailable; request allowed", error.message)
+
+const make = Effect.gen(function*() {
+  const config = yield* RateLimitConfig
+  // Built in this service's scope: a Redis connection lives as long as the server.
+  const store = yield* Layer.build(storeLayer(config))
+  const limiter = yield* RateLimiter.make.pipe(Effect.provide(store))
+
+  const consume = (key: string, policy: string, limit: number, window: Duration.Duration, algorithm: "token-bucket" | "fixed-window") =>
+    limiter.consume({ key, limit, window, algorithm, onExceeded: "fail" }).pipe(
+      Effect.tap((result) =>
+        setHeaders({
+          "ratelimit-policy": `"${policy}";q=${limit};w=${wholeSeconds(window)}`,
+          "ratelimit": `"${policy}";r=${result.remaining};t=${wholeSeconds(result.resetAfter)}`
+        })
+      ),
+      Effect.asVoid
+    )
+
+  /** The token bucket of the key's plan; 429 when it is empty. */
+  const perKey = (keyId: string, plan: Plan): Effect.Effect<void, RateLimitExceeded> => {
+    if (!config.enabled) return Effect.void
+    const bucket = bucketFor(plan, config)
+    const window = Duration.millis((bucket.burst / bucket.rate) * 1000)
+    return consume(`key:${keyId}`, bucket.name, bucket.burst, window, "token-bucket").pipe(
+      Effect.catchTag("RateLimiterError", ({ reason }) =>
+        reason._tag === "RateLimitExceeded"
+          ? setHeaders({
+            "retry-after": String(wholeSeconds(reason.retryAfter, 1)),
+            "ratelimit-policy": `"${bucket.name}";q=${bucket.burst};w=${wholeSeconds(window)}`,
+            "ratelimit": `"${bucket.name}";r=0;t=${wholeSeconds(reason.retryAfter, 1)}`
+          }).pipe(
+            Effect.andThen(new RateLimitExceeded({ message: `Rate limit of ${bucket.rate} requests per second (burst ${bucket.burst}) exceeded.` }))
+          )
+          : storeUnavailable(reason)
+      )
+    )
+  }
+
+  /**
+   * Counts a failed authentication (a /v1 key, the /admin token, the metrics token) from
+   * `address`; past the limit the 401 becomes a 429.
+   */
+  const failedAuthentication = (address: string): Effect.Effect<void, RateLimitExceeded | InvalidApiKey> => {
+    if (!config.enabled) return Effect.void
+    const window = Duration.minutes(1)
+    return consume(`auth:${clientOf(address)}`, "failed-auth", config.failedAuthPerMinute, window, "fixed-window").pipe(
+      Effect.catchTag("RateLimiterError", ({ reason }) =>
+        reason._tag === "RateLimitExceeded"
+          ? setHeaders({ "retry-after": String(wholeSeconds(reason.retryAfter, 1)) }).pipe(
+            Effect.andThen(new RateLimitExceeded({ message: "Too many failed authentication attempts from this address." }))
+          )
+          : storeUnavailable(reason)
+      )
+    )
+  }
+
+  return { perKey, failedAuthentication } as const
+})
+
+export class RateLimits extends Context.Service<RateLimits, Effect.Success<typeof make>>()("hookline/RateLimits") {
+  static readonly layer = Layer.effect(RateLimits, make)
+}
 
 /**
  * Whom a failed authentication is counted against: the IPv4 address (also when IPv4-mapped), or
@@ -141,14 +157,3 @@ export const clientOf = (address: string): string => {
   const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill("0"), ...right]
   return `${groups.slice(0, 4).map((group) => parseInt(group, 16).toString(16)).join(":")}::/64`
 }
-
-const parseRedisUrl = (url: string) => {
-  const parsed = new URL(url)
-  return {
-    host: parsed.hostname,
-    port: parsed.port === "" ? 6379 : Number(parsed.port),
-    ...(parsed.password === "" ? {} : { password: decodeURIComponent(parsed.password) }),
-    ...(parsed.pathname.length > 1 ? { db: Number(parsed.pathname.slice(1)) } : {})
-  }
-}
-

@@ -1,16 +1,16 @@
 /** A tracer for tests that keeps every span Effect's own tracer makes. */
-import { Effect, Tracer } from "effect"
+import { Tracer } from "effect"
 
 export const collectSpans = () => {
   const spans: Array<Tracer.Span> = []
-  const native = Effect.runSync(Effect.tracer)
+  const native = Tracer.nativeTracer
   const tracer = Tracer.make({
-    span(name, parent, context, links, startTime, kind, options) {
-      const span = native.span(name, parent, context, links, startTime, kind, options)
+    span(options) {
+      const span = native.span(options)
       spans.push(span)
       return span
     },
-    context: (f, fiber) => native.context(f, fiber)
+    context: native.context
   })
   return { spans, tracer }
 }
