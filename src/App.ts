@@ -3,7 +3,7 @@
  * main.ts attaches it to a Bun server; the tests do the same on a random port.
  */
 import { Layer } from "effect"
-import type { HttpServer } from "effect/http"
+import { HttpServer } from "effect/http"
 import { Accounts } from "./Admin/Accounts.js"
 import { Auth } from "./Auth/Auth.js"
 import { Secrets } from "./Config.js"
@@ -80,7 +80,7 @@ export type ServerServices = Layer.Success<ReturnType<typeof Server.layer>> | Ht
 const withServices = <E, R, EB, RB>(server: Layer.Layer<ServerServices, E, R>, background: Layer.Layer<never, EB, RB>) =>
   Layer.mergeAll(
     // Acquired after the HTTP app, so on shutdown it drains requests before the app is torn down.
-    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive), Layer.provideMerge(server)),
+    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive.pipe(HttpServer.withLogAddress)), Layer.provideMerge(server)),
     background
   ).pipe(
     Layer.provideMerge(ServicesLive),

@@ -23,6 +23,7 @@ import { newId } from "../Ids.js"
 import { recordRequestNow } from "../Observability/Metrics.js"
 import { pathOnly, publicPath, unmatchedRoute } from "../Observability/Routes.js"
 import { Sampling } from "../Observability/Sampling.js"
+import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
 import { answerCause } from "./Envelope.js"
 import { HeaderLimitConfig, hasControlCharacterInPath, requestHeadBytesAtMost } from "./InputGuards.js"
 import { BodyRefusal, ClientAddress, streamedBodyRoutes } from "./Server.js"
@@ -88,7 +89,8 @@ export const RequestPipelineLive = HttpRouter.middleware(
           answer = Effect.succeed(refusal(503, "service_unavailable", "The server is shutting down; retry the request.", requestId, true))
         } else {
           const refused = guard(request, path, fiber.getRef(BodyRefusal), requestId)
-          answer = refused !== null ? Effect.succeed(refused) : app.pipe(
+          answer = refused !== null ? Effect.succeed(refused) : annotateRequestSpan(SpanAttributes.requestId, requestId).pipe(
+            Effect.andThen(app),
             // The router leaves the route it matched in the fiber's context.
             Effect.ensuring(Effect.sync(() => {
               route = Context.getOrUndefined(fiber.context, HttpRouter.RouteContext)?.route.path ?? unmatchedRoute
