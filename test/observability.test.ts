@@ -356,6 +356,35 @@ describe("sampling", () => {
     }
   })
 
+  test("a sampled and an unsampled request run the same statements, through SqlClient", async () => {
+    const statements: Array<{ readonly text: string; readonly requestId: string; readonly traced: boolean }> = []
+    const own = collectSpans()
+    const quiet = await startTestServer(
+      { OTEL_TRACES_SAMPLER: "parentbased_always_off" },
+      { tracer: own.tracer, background: false, databaseUrl: server.databaseUrl, onStatement: (statement) => statements.push(statement) }
+    )
+    try {
+      // A metered read: the key lookup, the hold, the hook and the settle.
+      const path = `/v1/hooks/${hookId}`
+      const traceId = "4bf92f3577b34da6a3ce929d0e0e4736"
+      const sampled = await quiet.request(path, { key: account.key, headers: { traceparent: `00-${traceId}-00f067aa0ba902b7-01` } })
+      const unsampled = await quiet.request(path, { key: account.key })
+      expect([sampled.status, unsampled.status]).toEqual([200, 200])
+      const of = (response: { readonly headers: Headers }) =>
+        statements.filter((statement) => statement.requestId === response.headers.get("x-request-id"))
+      expect(of(sampled).length).toBeGreaterThanOrEqual(3)
+      expect(of(sampled).every((statement) => statement.traced)).toBe(true)
+      expect(of(unsampled).every((statement) => !statement.traced)).toBe(true)
+      // The key lookup is cached by now: compare what both ran after it.
+      const texts = (response: { readonly headers: Headers }) => of(response).map((statement) => statement.text).filter((text) => !text.includes("api_keys"))
+      expect(texts(unsampled)).toEqual(texts(sampled))
+      expect(own.spans.some((span) => isStatement(span) && span.traceId === traceId)).toBe(true)
+    } finally {
+      await quiet.stop()
+      await quiet.db.end()
+    }
+  })
+
   test("an unknown OTEL_TRACES_SAMPLER stops the start with a message naming the setting", async () => {
     await expect(startTestServer({ OTEL_TRACES_SAMPLER: "sometimes" }, { databaseUrl: server.databaseUrl, background: false })).rejects.toThrow(
       /OTEL_TRACES_SAMPLER/

@@ -4,6 +4,7 @@
  */
 import { ConfigProvider, Context, Effect, Exit, Layer, Logger, type LogLevel, References, Scope, Tracer } from "effect"
 import { HttpServer } from "effect/http"
+import { Statement } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -12,7 +13,7 @@ import Pg from "pg"
 import type { Account, ApiKeyCreated, ImportResult as ImportResultSchema } from "../../src/Admin/Api.js"
 import { apiOnlyLayer, appLayer } from "../../src/App.js"
 import type { HookLean, HookList, HookRich } from "../../src/Hooks/Api.js"
-import type { NotFoundWire } from "../../src/Errors.js"
+import { type NotFoundWire, RequestId } from "../../src/Errors.js"
 import type { CreditTransaction, CreditTransactionList, UsageSummary, Wallet, WalletAlert } from "../../src/Ledger/Api.js"
 import { withRequestId } from "../../src/Logging.js"
 import type { Prediction, PredictUpload } from "../../src/Predictions/Api.js"
@@ -185,6 +186,15 @@ const logLevelOf = (name: string): LogLevel.LogLevel => {
   return levels.find((level) => name.toLowerCase().startsWith(level.toLowerCase())) ?? "Warn"
 }
 
+/** A statement transformer that only listens: each statement runs unchanged. */
+const statementListener = (
+  listener: (statement: { readonly text: string; readonly requestId: string; readonly traced: boolean }) => void
+) =>
+  Layer.succeed(Statement.CurrentTransformer, (statement, _sql, fiber) => {
+    listener({ text: statement.compile()[0], requestId: fiber.getRef(RequestId), traced: fiber.getRef(References.TracerEnabled) })
+    return Effect.succeed(statement)
+  })
+
 /** Settings every test server uses unless a test overrides them. */
 const testDefaults: Record<string, string> = {
   LOG_LEVEL: "Warning",
@@ -205,6 +215,11 @@ export const startTestServer = async (
     readonly background?: boolean
     /** The clip scorer the workers use (the predictions tests control it); default ClipScorer.layer. */
     readonly scorer?: Layer.Layer<ClipScorer>
+    /**
+     * Hears every statement SqlClient runs: its text, the request id of the fiber running it
+     * ("req_unknown" outside a request) and whether that fiber traces.
+     */
+    readonly onStatement?: (statement: { readonly text: string; readonly requestId: string; readonly traced: boolean }) => void
   } = {}
 ): Promise<TestServer> => {
   const databaseUrl = options.databaseUrl ?? (await createDatabase())
@@ -232,6 +247,7 @@ export const startTestServer = async (
     // Request ids added as LoggingLive adds them (no redaction: a test's lines must be clean by construction).
     Layer.provide(options.logger === undefined ? Layer.empty : Logger.layer([withRequestId(options.logger)])),
     Layer.provide(options.tracer === undefined ? Layer.empty : Layer.succeed(Tracer.Tracer, options.tracer)),
+    Layer.provide(options.onStatement === undefined ? Layer.empty : statementListener(options.onStatement)),
     Layer.provide(ConfigProvider.layer(provider))
   )
   const app = await Effect.runPromise(
