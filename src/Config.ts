@@ -8,8 +8,6 @@ import { randomBytes } from "node:crypto"
 import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
 
-/** DB_CANCEL_GRACE's default: a short statement is left to finish (src/Sql.ts, CancelGrace). */
-export const defaultCancelGrace = Duration.millis(100)
 
 export const ServerConfig = Config.all({
   port: Config.Int("PORT").pipe(Config.withDefault(8080)),
@@ -30,8 +28,8 @@ export const ServerConfig = Config.all({
   dbStatementTimeout: Config.Duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
   /** Hot statements kept prepared on each connection (off behind a pooler that cannot carry them). */
   dbPreparedStatements: Config.Boolean("DB_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
-  /** How long an abandoned request's statement may still run before it is cancelled (src/Sql.ts, CancelGrace). */
-  dbCancelGrace: Config.Duration("DB_CANCEL_GRACE").pipe(Config.withDefault(defaultCancelGrace)),
+  /** How long a request whose client hung up may still run before it is interrupted (src/System/Server.ts). */
+  dbCancelGrace: Config.Duration("DB_CANCEL_GRACE").pipe(Config.withDefault(Duration.millis(100))),
   maxJsonBodyBytes: Config.Int("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),
   seedDemo: Config.Boolean("SEED_DEMO").pipe(Config.withDefault(true)),
   demoCatalogSize: Config.Int("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))

@@ -19,7 +19,7 @@ import { Migrator, SqlClient, SqlError } from "effect/sql"
 import { readdirSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { defaultCancelGrace, ServerConfig } from "./Config.js"
+import { ServerConfig } from "./Config.js"
 import { embeddedDatabase } from "./EmbeddedDb.js"
 
 /** How the database is reached; background work polls instead of LISTEN in embedded mode. */
@@ -42,34 +42,6 @@ const numberTypes = (): PgTypes.Registry => {
   registry.register(PgTypes.OID.numeric, asNumber(PgTypes.OID.numeric))
   return registry
 }
-
-/**
- * How long work whose caller went away (the client hung up) may still run before it is
- * interrupted, and its statement cancelled on the server (DB_CANCEL_GRACE); see withCancelGrace.
- */
-export const CancelGrace = Context.Reference<Duration.Duration>("hookline/CancelGrace", {
-  defaultValue: () => defaultCancelGrace
-})
-
-/**
- * Lets `self` finish within CancelGrace when it is interrupted, then interrupts it. The driver
- * leaves an interrupted statement 10 ms to end before it sends a cancel, and retires the
- * connection when the statement ended before the cancel landed: measured on 10 connections under
- * 32 fibers stopped at once, statements of 30 ms cost 8 of the 10 connections (a backend start,
- * ~25 ms of CPU, for each, plus one for each cancel), while with this grace of 100 ms none was
- * replaced; statements under 10 ms or over ~100 ms lost none either way. It costs a fiber per
- * call (~3 µs): wrap a request (or a statement), not a deadline, which must cancel at once.
- */
-export const withCancelGrace = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.uninterruptibleMask((restore) =>
-    Effect.gen(function*() {
-      const grace = yield* CancelGrace
-      const fiber = yield* Effect.forkChild(self, { startImmediately: true, uninterruptible: false })
-      return yield* restore(Fiber.join(fiber)).pipe(
-        Effect.onInterrupt(() => Fiber.await(fiber).pipe(Effect.timeoutOption(grace), Effect.andThen(Fiber.interrupt(fiber))))
-      )
-    })
-  )
 
 /**
  * A FROM item that turns synchronous_commit off for the rest of the transaction: a statement run
@@ -163,14 +135,11 @@ const migrate = (client: PgClient.PgClient) =>
  */
 export const withoutStatementTimeout = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SET LOCAL statement_timeout = 0`)
 
-/** SqlClient + PgClient + Listeners + DatabaseMode + CancelGrace, on a migrated schema. */
+/** SqlClient + PgClient + Listeners + DatabaseMode, on a migrated schema. */
 export const SqlLive = Layer.unwrap(
   Effect.gen(function*() {
     const config = yield* ServerConfig
-    const settings = Layer.mergeAll(
-      Layer.succeed(DatabaseMode, { embedded: Option.isNone(config.databaseUrl), dataDir: config.dataDir }),
-      Layer.succeed(CancelGrace, config.dbCancelGrace)
-    )
+    const settings = Layer.succeed(DatabaseMode, { embedded: Option.isNone(config.databaseUrl), dataDir: config.dataDir })
     const clients = Layer.effectContext(Effect.map(
       Option.match(config.databaseUrl, {
         onNone: () => embeddedClient(config),

@@ -1,7 +1,7 @@
 /**
  * The database layer (src/Sql.ts) on a real PostgreSQL, no HTTP: what Hookline relies on from
- * @effect/sql-pg's own driver. A statement past its deadline is cancelled on the server; an
- * interrupted one is left to end within DB_CANCEL_GRACE (withCancelGrace), else cancelled;
+ * @effect/sql-pg's own driver. A statement past its deadline is cancelled on the server, and so
+ * is an interrupted one (a client that hangs up is given DB_CANCEL_GRACE first: test/hang-up.test.ts);
  * statements are held prepared on their connection unless DB_PREPARED_STATEMENTS is off;
  * DB_STATEMENT_TIMEOUT is a session setting; int8 and numeric come back as numbers; a LISTEN
  * stream interrupted while it opens leaks no connection; migration scripts are cut into statements.
@@ -13,7 +13,7 @@ import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import Pg from "pg"
 import { splitStatements } from "../migrations/statements.js"
-import { CancelGrace, listen, SqlLive, withCancelGrace } from "../src/Sql.js"
+import { listen, SqlLive } from "../src/Sql.js"
 
 const adminUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const databaseName = `hookline_test_${randomBytes(6).toString("hex")}`
@@ -107,26 +107,18 @@ describe("deadlines and interruptions", () => {
     expect(exit.value.same).toBe(true)
   })
 
-  /** Runs `statement` under withCancelGrace (`grace`), interrupts it once the server runs it, and answers when the interruption is over. */
-  const interruptRunning = (statement: string, grace: Duration.Duration) =>
-    runtime.runPromise(Effect.gen(function*() {
+  test("an interrupted statement is cancelled on the server, and its caller answered once it has stopped", async () => {
+    const statement = "INSERT INTO marks SELECT 3 FROM pg_sleep(30)"
+    const started = await runtime.runPromise(Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const fiber = yield* Effect.forkChild(withCancelGrace(sql.unsafe(statement)))
+      const fiber = yield* Effect.forkChild(sql.unsafe(statement))
       const started = yield* Effect.promise(() => eventually(async () => (await running(statement)) === 1))
       yield* Fiber.interrupt(fiber)
       return started
-    }).pipe(Effect.provideService(CancelGrace, grace)))
-
-  test("an interrupted statement that ends within DB_CANCEL_GRACE is left to end", async () => {
-    expect(await interruptRunning("INSERT INTO marks SELECT 2 FROM pg_sleep(0.3)", Duration.seconds(30))).toBe(true)
-    expect(await marks()).toEqual([2])
-  })
-
-  test("an interrupted statement still running past DB_CANCEL_GRACE is cancelled on the server", async () => {
-    const statement = "INSERT INTO marks SELECT 3 FROM pg_sleep(30)"
-    expect(await interruptRunning(statement, Duration.millis(100))).toBe(true)
+    }))
+    expect(started).toBe(true)
     expect(await running(statement)).toBe(0)
-    expect(await marks()).toEqual([2])
+    expect(await marks()).toEqual([])
   })
 })
 

@@ -175,5 +175,7 @@ const make = Effect.gen(function*() {
 
 export class HookCatalog extends Context.Service<HookCatalog, Effect.Success<typeof make>>()("hookline/HookCatalog") {
   /** With its repository; needs SqlClient and the catalog's configuration from outside. */
-  static readonly layer = Layer.effect(HookCatalog, make).pipe(Layer.provide(CatalogRepo.layer))
+  /** Takes its CatalogRepo from the caller (a fake one in a test). */
+  static readonly layerWithoutDependencies = Layer.effect(HookCatalog, make)
+  static readonly layer = HookCatalog.layerWithoutDependencies.pipe(Layer.provide(CatalogRepo.layer))
 }
