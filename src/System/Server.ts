@@ -114,11 +114,13 @@ const make = (options: ServeOptions) =>
         const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
         let context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
         if (!sampling.sampled(path, request.headers.get("traceparent"))) context = Context.merge(context, sampling.untraced)
-        if (request.body !== null && request.headers.get("content-length") === null && !streamedBodyRoutes.some((r) => r.test(path))) {
+        // A streamed upload or import keeps its own request: cutting its body off must reach the socket.
+        const streamed = streamedBodyRoutes.some((route) => route.test(path))
+        if (!streamed && request.body !== null && request.headers.get("content-length") === null) {
           const [forwarded, withRefusal] = await bounded(request, context)
           return handler(withHangUpGrace(forwarded, graceMs), withRefusal)
         }
-        return handler(withHangUpGrace(request, graceMs), context)
+        return handler(streamed ? request : withHangUpGrace(request, graceMs), context)
       }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => server.stop()))
