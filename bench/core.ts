@@ -42,7 +42,7 @@ export const runCoreBench = async (options: BenchOptions): Promise<Array<Scenari
             operation: "minimal HttpApi GET, bearer Map lookup, no database",
             unit: "req/s",
             ...(await compare("/v1/wallet", framework, bare)),
-            note: "Hookline column: a minimal Effect HttpApi on BunHttpServer (bench/support/floor.ts); baseline: bare Bun.serve"
+            note: "Hookline column: a minimal Effect HttpApi through HttpRouter.toWebHandler on Bun.serve (bench/support/floor.ts); baseline: bare Bun.serve"
           } satisfies ScenarioResult
         } finally {
           await bare.stop()

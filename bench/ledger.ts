@@ -31,7 +31,7 @@ const ledgerStatements = async (runtime: ManagedRuntime.ManagedRuntime<Ledger, u
   )
   const statementUnder = (name: string) => {
     const parent = spans.find((span) => span.name === name)
-    const child = spans.find((span) => span.name === "sql.execute" && span.parent._tag === "Some" && span.parent.value.spanId === parent?.spanId)
+    const child = spans.find((span) => span.attributes.has("db.query.text") && span.parent._tag === "Some" && span.parent.value.spanId === parent?.spanId)
     return normalizeSql(String(child?.attributes.get("db.query.text") ?? ""))
   }
   return { reserve: statementUnder("LedgerRepo.reserveHold"), settle: statementUnder("LedgerRepo.settleHold") }
