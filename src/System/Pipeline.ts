@@ -15,7 +15,7 @@
  * - then the request metrics and the access log, labelled with the route template the router
  *   matched, and for a request that was not sampled, the after-the-fact span of a 5xx or a slow one.
  */
-import { Config, Context, Effect, Exit, Option, References, type Types } from "effect"
+import { Config, Context, Effect, Exit, LogLevel, Option, References, type Types } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { ServerConfig } from "../Config.js"
 import { RequestId } from "../Errors.js"
@@ -108,6 +108,8 @@ export const RequestPipelineLive = HttpRouter.middleware(
             if (!fiber.getRef(References.TracerEnabled)) {
               sampling.summarize({ requestId, method: request.method, route, status, startedAt, durationMs })
             }
+            // Below the log level the access line is not even built.
+            if (LogLevel.isGreaterThan(fiber.getRef(References.MinimumLogLevel), "Info")) return Effect.void
             return Effect.logInfo("request").pipe(Effect.annotateLogs({
               method: request.method,
               route,
