@@ -107,6 +107,13 @@ export const StatementTimedOutWire = envelope(
   "A database statement ran longer than DB_STATEMENT_TIMEOUT (10 seconds by default) and was cancelled; nothing was charged. Retry in a moment.",
   "Error_service_unavailable_statement_timed_out"
 )
+export const DatabaseUnavailableWire = envelope(
+  ServiceUnavailable,
+  "service_unavailable",
+  503,
+  "The database cannot be reached (a restart or failover): the request was not completed. Retry after Retry-After seconds.",
+  "Error_service_unavailable_database_unavailable"
+)
 export const SearchTimedOutWire = envelope(
   ServiceUnavailable,
   "service_unavailable",
@@ -116,7 +123,7 @@ export const SearchTimedOutWire = envelope(
   "Error_service_unavailable_search_timed_out"
 )
 
-// Upload PUT errors (decisions.md, "Predictions").
+// Upload PUT errors (docs/behaviour.md, "Clip scoring").
 export class AuthorizationNotAllowed extends Schema.TaggedError<AuthorizationNotAllowed>()("AuthorizationNotAllowed", {
   message: Schema.String
 }) {}
@@ -140,7 +147,7 @@ export const UnsupportedMediaTypeWire = envelope(UnsupportedMediaType, "unsuppor
 /** The errors any /v1 route may answer with once its key is accepted. */
 export type AccessError = InvalidApiKey | AccountSuspended | ApiNotEnabled | RateLimitExceeded
 
-// Clip-scoring quotas (issue 14): 429 like a rate limit, with Retry-After, but a type of their own.
+// Clip-scoring quotas: 429 like a rate limit, with Retry-After, but a type of their own.
 export class UnpaidClipsLimit extends Schema.TaggedError<UnpaidClipsLimit>()("UnpaidClipsLimit", {
   message: Schema.String
 }) {}

@@ -13,7 +13,7 @@
  * - Statements go through the extended protocol only: one statement per call, no `;` lists.
  */
 import { PgClient, PgTypes } from "@effect/sql-pg"
-import { Context, Duration, Effect, Fiber, Layer, Option, type Queue, type Redacted, Result, Schema, Stream } from "effect"
+import { Cause, Config, Context, Duration, Effect, Fiber, Layer, Option, type Queue, type Redacted, Result, Schema, Stream } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { Migrator, SqlClient, SqlError } from "effect/sql"
 import { readdirSync } from "node:fs"
@@ -135,6 +135,12 @@ const migrate = (client: PgClient.PgClient) =>
  */
 export const withoutStatementTimeout = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SET LOCAL statement_timeout = 0`)
 
+/** The highest migration applied to the database (0 before any): /readyz compares it with the build's. */
+export const appliedMigration = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) => Effect.map(sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM effect_sql_migrations`, (rows) => rows[0]?.latest ?? 0)
+)
+
 /** SqlClient + PgClient + Listeners + DatabaseMode, on a migrated schema. */
 export const SqlLive = Layer.unwrap(
   Effect.gen(function*() {
@@ -163,6 +169,86 @@ export const orDieOnDb = <A, E, R>(
       ? Effect.die(error)
       : Effect.fail(error as Exclude<E, SqlError.SqlError | Schema.SchemaError>))
 
+/** SQLSTATEs of a server going away or not back yet: admin_shutdown, crash_shutdown, cannot_connect_now. */
+const serverGoingAway = new Set(["57P01", "57P02", "57P03"])
+
+/**
+ * Whether `error` says the database cannot be reached or the connection was lost (refused,
+ * closed, shutting down, starting up), rather than that the statement itself failed. A request
+ * failing so is answered 503 with Retry-After; the database is usually back within seconds.
+ */
+export const isDatabaseUnavailable = (error: unknown): boolean => {
+  if (!SqlError.isSqlError(error)) return false
+  if (error.reason._tag === "ConnectionError") return true
+  const cause: unknown = error.reason.cause
+  if (typeof cause !== "object" || cause === null || !("code" in cause) || typeof cause.code !== "string") return false
+  return serverGoingAway.has(cause.code) || cause.code.startsWith("08")
+}
+
+/** The database error in `cause` (a failure or a defect), if any. */
+const sqlErrorIn = (cause: Cause.Cause<unknown>): unknown => {
+  const failure = Cause.findErrorOption(cause)
+  if (Option.isSome(failure)) return failure.value
+  const defect = Cause.findDefect(cause)
+  return defect._tag === "Success" ? defect.success : undefined
+}
+
+/**
+ * Logs a failed pass of a background loop (a sweeper, a worker, the dispatcher), which runs again
+ * at its next turn: while the database is away, one warning line without the stack (the loop says
+ * so every turn until it is back); any other failure is an error with its cause.
+ */
+export const logBackgroundFailure = (what: string) => (cause: Cause.Cause<unknown>): Effect.Effect<void> => {
+  const error = sqlErrorIn(cause)
+  return isDatabaseUnavailable(error)
+    ? Effect.logWarning(`${what}: the database cannot be reached; trying again at the next turn`).pipe(
+      Effect.annotateLogs({ error: SqlError.isSqlError(error) ? error.message : "unknown" })
+    )
+    : Effect.logError(what, cause)
+}
+
+/** How long a lost LISTEN waits before it subscribes again. */
+export const ListenRetryInterval = Config.Duration("LISTEN_RETRY_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
+
+/**
+ * LISTEN on `channel` for as long as the caller's fiber lives: `wake` runs on every notification
+ * and once each time the subscription is (re)confirmed, since work queued while nobody listened
+ * sent its notification to no one. A lost connection is logged once per loss and the LISTEN taken
+ * again every LISTEN_RETRY_INTERVAL until the database answers.
+ */
+export const listenForever = <R>(channel: string, wake: Effect.Effect<void, never, R>) =>
+  Effect.gen(function*() {
+    const retryInterval = yield* ListenRetryInterval
+    let lost = false
+    const subscribeAndServe = Effect.scoped(Effect.gen(function*() {
+      const queue = yield* subscribe(channel)
+      if (lost) {
+        lost = false
+        yield* Effect.logInfo("LISTEN restored")
+      }
+      yield* wake
+      yield* Stream.runForEach(Stream.fromQueue(queue), () => wake)
+    }))
+    return yield* subscribeAndServe.pipe(
+      Effect.catchCause((cause) => {
+        if (lost) return Effect.void
+        lost = true
+        return Effect.logWarning("LISTEN lost; taking it again once the database answers", cause)
+      }),
+      Effect.andThen(Effect.sleep(retryInterval)),
+      Effect.forever
+    )
+  }).pipe(Effect.annotateLogs({ channel }))
+
+/** The notifications of `channel`, once PostgreSQL has confirmed the LISTEN (see `listen`). */
+const subscribe = (channel: string) =>
+  Effect.gen(function*() {
+    const own = yield* Effect.serviceOption(Listeners)
+    const client = Option.isSome(own) ? own.value : yield* PgClient.PgClient
+    const notifications: Queue.Dequeue<{ readonly payload: string }, SqlError.SqlError> = yield* client.listen(channel)
+    return notifications
+  })
+
 /**
  * LISTEN on `channel` over a connection of its own (held until the stream ends; from Listeners
  * when provided, else from the client's pool), as a stream of notification payloads; the stream
@@ -171,9 +257,4 @@ export const orDieOnDb = <A, E, R>(
  * too. Not in embedded mode: notifications do not cross PGlite's socket.
  */
 export const listen = (channel: string): Stream.Stream<string, SqlError.SqlError, PgClient.PgClient> =>
-  Stream.unwrap(Effect.gen(function*() {
-    const own = yield* Effect.serviceOption(Listeners)
-    const client = Option.isSome(own) ? own.value : yield* PgClient.PgClient
-    const notifications: Queue.Dequeue<{ readonly payload: string }, SqlError.SqlError> = yield* client.listen(channel)
-    return Stream.map(Stream.fromQueue(notifications), (notification) => notification.payload)
-  }))
+  Stream.unwrap(Effect.map(subscribe(channel), (notifications) => Stream.map(Stream.fromQueue(notifications), (notification) => notification.payload)))

@@ -9,6 +9,7 @@ import { publicBaseUrl, ServerConfig } from "./Config.js"
 import { ensureDemo } from "./Demo.js"
 import { LoggingLive } from "./Logging.js"
 import { ClipScorer } from "./Predictions/Scorer.js"
+import { ProcessGuardsLive } from "./System/ProcessGuards.js"
 
 /**
  * Once the server listens: in embedded mode tell the admin CLI where (DATA_DIR/server.json) and
@@ -31,7 +32,8 @@ const Startup = Layer.effectDiscard(
   })
 )
 
-const Main = Startup.pipe(Layer.provideMerge(appLayer(ServerLive)), Layer.provide(ClipScorer.layer))
+// The process guards first: nothing thrown while the rest starts or serves ends the process.
+const Main = Startup.pipe(Layer.provideMerge(appLayer(ServerLive)), Layer.provide(ClipScorer.layer), Layer.provideMerge(ProcessGuardsLive))
 
 /** A stop asked for by a signal (the main fiber interrupted, everything released) exits 0, as orchestrators expect. */
 const teardown: Runtime.Teardown = (exit, onExit) =>

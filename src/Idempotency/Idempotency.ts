@@ -17,6 +17,7 @@ import { Config, Context, Duration, Effect, Layer, Option, Redacted, Result, Sch
 import { Secrets } from "../Config.js"
 import { makeSealer } from "../Crypto.js"
 import { randomToken } from "../Ids.js"
+import { logBackgroundFailure } from "../Sql.js"
 import { IdempotencyRepo } from "./Repo.js"
 
 export const IdempotencyConfig = Config.all({
@@ -134,7 +135,7 @@ export const IdempotencySweeperLive = Layer.effectDiscard(
     const store = yield* Idempotency
     const sweep = store.sweepExpired.pipe(
       Effect.tap((deleted) => deleted > 0 ? Effect.logDebug("swept idempotency keys").pipe(Effect.annotateLogs({ deleted })) : Effect.void),
-      Effect.catchCause((cause) => Effect.logError("idempotency key sweep failed", cause)),
+      Effect.catchCause(logBackgroundFailure("idempotency key sweep failed")),
       Effect.withSpan("Idempotency.sweep")
     )
     yield* sweep.pipe(Effect.repeat(Schedule.spaced(store.config.sweepInterval)), Effect.forkScoped)

@@ -4,13 +4,14 @@
  * processes at once (row locks, `status = 'pending'` guards).
  */
 import { Effect, Layer, Schedule } from "effect"
+import { logBackgroundFailure } from "../Sql.js"
 import { Ledger } from "./Ledger.js"
 
 export const LedgerSweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const ledger = yield* Ledger
     const sweep = Effect.all([ledger.voidExpiredHolds, ledger.rollover(null)]).pipe(
-      Effect.catchCause((cause) => Effect.logError("ledger sweep failed", cause)),
+      Effect.catchCause(logBackgroundFailure("ledger sweep failed")),
       Effect.withSpan("Ledger.sweep")
     )
     yield* sweep.pipe(Effect.repeat(Schedule.spaced(ledger.config.sweepInterval)), Effect.forkScoped)

@@ -3,7 +3,8 @@
  * format (0.0.4). Counters and histograms are updated where things happen (requests, the
  * Ledger, the prediction worker, the webhook dispatcher); the gauges that describe the
  * database (jobs by state, queue depth and age) are read from it at most once per
- * METRICS_REFRESH_INTERVAL, whatever the scrape rate. Who may scrape is MetricsEndpoint.ts's.
+ * METRICS_REFRESH_INTERVAL, whatever the scrape rate, by the refreshes the rooms that own those
+ * tables register (`registerGauges`). Who may scrape is MetricsEndpoint.ts's.
  *
  * Every metric lives in the process-wide registry (`Metric.MetricRegistry`'s default, shared by
  * every context that does not provide its own), so a synchronous update with an empty context
@@ -15,10 +16,6 @@
 import { PgClient } from "@effect/sql-pg"
 import { Config, Context, Duration, Effect, Layer, Metric, Option } from "effect"
 import { PrometheusMetrics } from "effect/observability"
-import { JobsRepo } from "../Predictions/JobsRepo.js"
-import { currentDate } from "../Repository.js"
-import { orDieOnDb } from "../Sql.js"
-import { WebhooksRepo } from "../Webhooks/Repo.js"
 import { unmatchedRoute } from "./Routes.js"
 
 export const MetricsConfig = Config.all({
@@ -159,6 +156,29 @@ export const recordWebhookAttempt = (outcome: WebhookOutcome, seconds: number) =
     add(webhookDuration({ outcome }), seconds)
   })
 
+const databaseUnavailable = counter(
+  "hookline_database_unavailable_total",
+  "Requests answered 503 because the database could not be reached or the connection was lost."
+)
+
+/** A request answered 503 because the database was away. */
+export const recordDatabaseUnavailable = (): void => add(databaseUnavailable({}), 1)
+
+const rateLimitFallback = gauge(
+  "hookline_rate_limit_store_fallback",
+  "1 while the shared rate limit store (Redis) does not answer and this process counts limits in process, else 0."
+)
+const rateLimitFallbacks = counter(
+  "hookline_rate_limit_store_fallbacks_total",
+  "Times this process fell back from the shared rate limit store (Redis) to its own in-process store."
+)
+
+/** The rate limiter's store switched: to the in-process fallback (true) or back to Redis (false). */
+export const recordRateLimitFallback = (fallback: boolean): void => {
+  add(rateLimitFallback({}), fallback ? 1 : 0)
+  if (fallback) add(rateLimitFallbacks({}), 1)
+}
+
 // Read from the database, at most once per refresh interval.
 const jobsByState = gauge("hookline_jobs", "Prediction jobs in the database, by state.")
 const queueDepth = gauge(
@@ -174,6 +194,18 @@ const poolMax = gauge("hookline_db_pool_max_connections", "Database pool size li
 
 const predictionStates = ["awaiting_upload", "queued", "running", "succeeded", "failed"] as const
 
+/** Prediction jobs by state, as counted in the database (states with none are 0). */
+export const recordJobsByState = (counts: ReadonlyArray<{ readonly status: string; readonly n: number }>): void => {
+  const byState = new Map(counts.map((row) => [row.status, row.n]))
+  for (const state of predictionStates) add(jobsByState({ state }), byState.get(state) ?? 0)
+}
+
+/** A queue's depth and the age of its oldest waiting item, in seconds (0 when none). */
+export const recordQueue = (queue: "predictions" | "webhooks", depth: number, oldestSeconds: number): void => {
+  add(queueDepth({ queue }), depth)
+  add(queueAge({ queue }), Math.max(0, oldestSeconds))
+}
+
 /** The pool limit the SQL client was built with (its options are kept as its config), when it says. */
 const maxConnectionsOf = (client: Option.Option<PgClient.PgClient>): number | undefined =>
   Option.match(client, {
@@ -182,34 +214,22 @@ const maxConnectionsOf = (client: Option.Option<PgClient.PgClient>): number | un
   })
 
 const make = Effect.gen(function*() {
-  const jobsRepo = yield* JobsRepo
-  const webhooksRepo = yield* WebhooksRepo
   const config = yield* MetricsConfig
   const maxConnections = maxConnectionsOf(yield* Effect.serviceOption(PgClient.PgClient))
   if (maxConnections !== undefined) add(poolMax({}), maxConnections)
 
-  const readQueues = Effect.gen(function*() {
-    const now = yield* currentDate
-    const oldestQueued = yield* jobsRepo.oldestQueuedSeconds(now)
-    const outbox = yield* webhooksRepo.outboxBacklog(now)
-    return {
-      jobs: yield* jobsRepo.countByStatus(),
-      deliveries: outbox.pending,
-      oldestQueuedSeconds: Math.max(0, oldestQueued),
-      oldestDueSeconds: Math.max(0, outbox.oldest_due_ms / 1000)
-    }
-  }).pipe(orDieOnDb)
+  /** What the rooms registered: each reads its own tables and sets its gauges. */
+  const refreshes: Array<Effect.Effect<void>> = []
 
-  const refreshDatabaseGauges = Effect.map(readQueues, (queues) => {
-    const counts = new Map(queues.jobs.map((row) => [row.status, row.n]))
-    for (const state of predictionStates) add(jobsByState({ state }), counts.get(state) ?? 0)
-    add(queueDepth({ queue: "predictions" }), counts.get("queued") ?? 0)
-    add(queueDepth({ queue: "webhooks" }), queues.deliveries)
-    add(queueAge({ queue: "predictions" }), queues.oldestQueuedSeconds)
-    add(queueAge({ queue: "webhooks" }), queues.oldestDueSeconds)
-  }).pipe(
-    // A database that does not answer leaves the last values; the scrape still answers.
-    Effect.catchCause((cause) => Effect.logWarning("metrics: database gauges not refreshed", cause))
+  /** A room's gauges, refreshed before a scrape (at most once per METRICS_REFRESH_INTERVAL). */
+  const registerGauges = (refresh: Effect.Effect<void>) => Effect.sync(() => void refreshes.push(refresh))
+
+  const refreshDatabaseGauges = Effect.suspend(() =>
+    Effect.forEach(refreshes, (refresh) =>
+      refresh.pipe(
+        // A database that does not answer leaves the last values; the scrape still answers.
+        Effect.catchCause((cause) => Effect.logWarning("metrics: database gauges not refreshed", cause))
+      ), { discard: true })
   )
   // Concurrent scrapes share one read; the next read happens once the interval has passed.
   const databaseGauges = yield* Effect.cachedWithTTL(refreshDatabaseGauges, config.refreshInterval)
@@ -217,12 +237,9 @@ const make = Effect.gen(function*() {
   /** The Prometheus exposition of every metric of this process. */
   const scrape: Effect.Effect<string> = Effect.andThen(databaseGauges, PrometheusMetrics.format())
 
-  return { config, scrape } as const
+  return { config, scrape, registerGauges } as const
 })
 
 export class Metrics extends Context.Service<Metrics, Effect.Success<typeof make>>()("hookline/Metrics") {
-  static readonly layerWithoutDependencies = Layer.effect(Metrics, make)
-  static readonly layer = Metrics.layerWithoutDependencies.pipe(
-    Layer.provide(Layer.mergeAll(JobsRepo.layer, WebhooksRepo.layer))
-  )
+  static readonly layer = Layer.effect(Metrics, make)
 }

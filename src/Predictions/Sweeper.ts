@@ -20,7 +20,7 @@
  */
 import { Context, Effect, Layer, Option, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
-import { orDieOnDb } from "../Sql.js"
+import { logBackgroundFailure, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
 import { PredictionJobs, sweepBatch } from "./Jobs.js"
 import { failedWith } from "./Outcome.js"
@@ -80,7 +80,7 @@ const make = Effect.gen(function*() {
   })
 
   const step = <R>(name: string, effect: Effect.Effect<void, unknown, R>) =>
-    effect.pipe(Effect.catchCause((cause) => Effect.logError(`predictions sweep: ${name} failed`, cause)))
+    effect.pipe(Effect.catchCause(logBackgroundFailure(`predictions sweep: ${name} failed`)))
 
   /** One pass of every sweep; a step that fails is logged and the others still run. */
   const sweep = Effect.all([

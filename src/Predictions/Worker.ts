@@ -9,14 +9,15 @@
  * job back to the queue at once (the attempt is not counted); a worker that dies without
  * shutting down leaves a stale heartbeat, and the sweeper re-queues the job.
  */
-import { Cause, Clock, Data, Effect, Layer, Option, Schedule, Stream } from "effect"
+import { Cause, Clock, Data, Effect, Layer, Option } from "effect"
 import { hostname } from "node:os"
 import { randomToken } from "../Ids.js"
 import { recordJobRun } from "../Observability/Metrics.js"
 import { linkedTo } from "../Observability/Tracing.js"
-import { DatabaseMode, listen } from "../Sql.js"
+import { DatabaseMode, listenForever, logBackgroundFailure } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { jobsChannel, PredictionJobs } from "./Jobs.js"
+import { PredictionJobs } from "./Jobs.js"
+import { jobsChannel } from "./JobsRepo.js"
 import type { ClaimedJob } from "./JobsRepo.js"
 import type { Outcome } from "./Outcome.js"
 import { ClipScorer } from "./Scorer.js"
@@ -51,13 +52,8 @@ export const scoreJob = (blobs: typeof BlobStore.Service, scorer: typeof ClipSco
         ))
     )
 
-/** Jobs queued by any process wake this one's workers (LISTEN); a dropped connection is opened again. */
-const listenForQueuedJobs = (signal: typeof WorkSignal.Service) =>
-  listen(jobsChannel).pipe(
-    Stream.runForEach(() => signal.wake),
-    Effect.catchCause((cause) => Effect.logWarning("LISTEN for queued jobs stopped; reconnecting", cause)),
-    Effect.repeat(Schedule.spaced("1 second"))
-  )
+/** Jobs queued by any process wake this one's workers (LISTEN, taken again after a lost connection). */
+const listenForQueuedJobs = (signal: typeof WorkSignal.Service) => listenForever(jobsChannel, signal.wake)
 
 export const WorkerLive = Layer.effectDiscard(
   Effect.gen(function*() {
@@ -127,8 +123,8 @@ export const WorkerLive = Layer.effectDiscard(
       while (true) {
         const seen = yield* signal.generation
         yield* drain.pipe(
-          Effect.catchCause((cause) =>
-            Effect.logError("worker iteration failed", cause).pipe(Effect.andThen(Effect.sleep(config.pollInterval))))
+          // Then waits like an idle worker: the LISTEN taken again after an outage wakes it at once.
+          Effect.catchCause(logBackgroundFailure("worker iteration failed"))
         )
         yield* signal.waitAfter(seen, config.pollInterval)
       }

@@ -3,8 +3,9 @@
  * rate limit store shared by several server processes (REDIS_URL).
  *
  * A command never waits in an offline queue or on the client's own reconnection backoff: while
- * Redis is unreachable it fails at once, so an outage never holds a request (RateLimits lets it
- * through); the next command connects again.
+ * Redis refuses connections it fails at once; the next command connects again. A Redis that
+ * accepts but does not answer would hold a command until the connection timeout: the rate
+ * limiter's deadline per call (FailoverStore.ts) bounds what a request waits.
  */
 import { Effect, Layer } from "effect"
 import { Redis } from "effect/persistence"

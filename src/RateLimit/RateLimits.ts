@@ -1,20 +1,22 @@
 /**
- * Rate limits (decisions.md, "Rate limits"): a token bucket per key by plan, and a limit on
+ * Rate limits (docs/behaviour.md, "Rate limits"): a token bucket per key by plan, and a limit on
  * failed authentication per client address, counted by `effect/persistence`'s RateLimiter. The
  * store is in process by default (MemoryStore.ts) and Redis when REDIS_URL is set (BunRedis.ts),
- * so limits hold across several server processes sharing it.
+ * so limits hold across several server processes sharing it; while Redis does not answer, each
+ * process counts in its own store (FailoverStore.ts).
  *
  * Every /v1 answer carries the IETF `RateLimit-Policy` and `RateLimit` headers; a 429 also
  * carries `Retry-After`. A limited request is refused before any reserve, so it is never charged.
  */
 import { Config, Context, Duration, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
 import { HttpEffect, HttpServerResponse } from "effect/http"
-import { RateLimiter } from "effect/persistence"
+import { RateLimiter, Redis } from "effect/persistence"
 import type { Plan } from "../Auth/Domain.js"
 import { wholeSeconds } from "../Durations.js"
 import { type InvalidApiKey, RateLimitExceeded } from "../Errors.js"
 import { layerBunRedis } from "./BunRedis.js"
-import { layerBoundedMemoryStore } from "./MemoryStore.js"
+import { makeFailoverStore } from "./FailoverStore.js"
+import { makeBoundedMemoryStore } from "./MemoryStore.js"
 
 interface Bucket {
   readonly name: string
@@ -27,7 +29,7 @@ interface Bucket {
 const invalid = (message: string) =>
   Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
 
-/** A tier's bucket as `rate/burst` (requests per second / burst), decisions.md's values by default. */
+/** A tier's bucket as `rate/burst` (requests per second / burst), docs/behaviour.md's values by default. */
 const bucketConfig = (name: string, variable: string, fallback: string) =>
   Config.String(variable).pipe(
     Config.withDefault(fallback),
@@ -71,11 +73,23 @@ const setHeaders = (headers: Record<string, string>) =>
     return Effect.void
   })
 
-/** The store: Redis when REDIS_URL is set (its connection lives as long as the server), else in process. */
-const storeLayer = (config: Config.Success<typeof RateLimitConfig>): Layer.Layer<RateLimiter.RateLimiterStore> =>
+/**
+ * The store: Redis when REDIS_URL is set (its connection lives as long as the server, and the
+ * in-process store stands in while Redis does not answer: FailoverStore.ts), else in process.
+ */
+const makeStore = (config: Config.Success<typeof RateLimitConfig>) =>
   Option.match(config.redisUrl, {
-    onNone: () => layerBoundedMemoryStore(config.memoryEntries),
-    onSome: (url) => RateLimiter.layerStoreRedis({ prefix: "hookline:ratelimit:" }).pipe(Layer.provide(layerBunRedis(url)))
+    onNone: () => Effect.succeed({ store: makeBoundedMemoryStore(config.memoryEntries).store, fallingBack: () => false }),
+    onSome: (url) =>
+      Effect.gen(function*() {
+        const redis = Context.get(yield* Layer.build(layerBunRedis(url)), Redis.Redis)
+        const primary = yield* RateLimiter.makeStoreRedis({ prefix: "hookline:ratelimit:" }).pipe(Effect.provideService(Redis.Redis, redis))
+        return yield* makeFailoverStore({
+          primary,
+          fallback: makeBoundedMemoryStore(config.memoryEntries).store,
+          probe: redis.send("PING")
+        })
+      })
   })
 
 const storeUnavailable = (error: RateLimiter.RateLimitStoreError) =>
@@ -84,8 +98,8 @@ const storeUnavailable = (error: RateLimiter.RateLimitStoreError) =>
 const make = Effect.gen(function*() {
   const config = yield* RateLimitConfig
   // Built in this service's scope: a Redis connection lives as long as the server.
-  const store = yield* Layer.build(storeLayer(config))
-  const limiter = yield* RateLimiter.make.pipe(Effect.provide(store))
+  const { fallingBack, store } = yield* makeStore(config)
+  const limiter = yield* RateLimiter.make.pipe(Effect.provideService(RateLimiter.RateLimiterStore, store))
 
   const consume = (key: string, policy: string, limit: number, window: Duration.Duration, algorithm: "token-bucket" | "fixed-window") =>
     limiter.consume({ key, limit, window, algorithm, onExceeded: "fail" }).pipe(
@@ -136,7 +150,11 @@ const make = Effect.gen(function*() {
     )
   }
 
-  return { perKey, failedAuthentication } as const
+  /** What /readyz reports: null when limits are counted where configured, else why they are not. */
+  const degradation = (): string | null =>
+    fallingBack() ? "rate_limit_store: Redis does not answer; each process counts its own limits until it does" : null
+
+  return { perKey, failedAuthentication, degradation } as const
 })
 
 export class RateLimits extends Context.Service<RateLimits, Effect.Success<typeof make>>()("hookline/RateLimits") {

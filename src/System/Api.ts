@@ -5,6 +5,12 @@ import { InvalidApiKeyWire, RateLimitExceededWire, ServiceUnavailableWire } from
 
 export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotate({ identifier: "Health" })
 
+/** Ready, possibly degraded: a dependency that is not required to serve is away (the process stays in rotation). */
+export const Readiness = Schema.Struct({
+  status: Schema.Literals(["ok", "degraded"]),
+  degraded: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "What is degraded and how, one line each." }))
+}).annotate({ identifier: "Readiness" })
+
 const PrometheusText = Schema.String.pipe(
   HttpApiSchema.asText({ contentType: "text/plain; version=0.0.4; charset=utf-8" })
 ).annotate({
@@ -18,8 +24,13 @@ export class SystemApi extends HttpApiGroup.make("system")
       .annotate(OpenApi.Summary, "Liveness: the process is up")
   )
   .add(
-    HttpApiEndpoint.get("readyz", "/readyz", { success: Health, error: ServiceUnavailableWire })
+    HttpApiEndpoint.get("readyz", "/readyz", { success: Readiness, error: ServiceUnavailableWire })
       .annotate(OpenApi.Summary, "Readiness: the database answers and migrations are applied")
+      .annotate(
+        OpenApi.Description,
+        "503 with the reason while the database does not answer. 200 `degraded` while the shared rate limit store " +
+          "(Redis) does not answer: requests are still served, limits counted per process."
+      )
   )
   .add(
     HttpApiEndpoint.get("metrics", "/metrics", {

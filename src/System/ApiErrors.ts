@@ -5,6 +5,7 @@
  */
 import { HttpApiMiddleware } from "effect/http-api"
 import {
+  DatabaseUnavailableWire,
   InternalErrorWire,
   NotFoundWire,
   PayloadTooLargeWire,
@@ -14,5 +15,5 @@ import {
 } from "../Errors.js"
 
 export class ApiErrors extends HttpApiMiddleware.Service<ApiErrors>()("hookline/ApiErrors", {
-  error: [ValidationFailedWire, NotFoundWire, PayloadTooLargeWire, UnsupportedMediaTypeWire, InternalErrorWire, StatementTimedOutWire]
+  error: [ValidationFailedWire, NotFoundWire, PayloadTooLargeWire, UnsupportedMediaTypeWire, InternalErrorWire, StatementTimedOutWire, DatabaseUnavailableWire]
 }) {}

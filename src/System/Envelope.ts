@@ -1,23 +1,39 @@
 /**
  * The error envelope for what the framework answers by itself: every failure that is not one
  * of the contract's errors becomes one (decode failures 422, a multipart body on a JSON route
- * 415, a statement the database cancelled 503, a defect 500), in two places:
+ * 415, a statement the database cancelled 503, a database that cannot be reached or a connection
+ * lost 503, a defect 500; every 503 with Retry-After), in two places:
  * - `ApiErrors` (src/System/ApiErrors.ts), an HttpApiMiddleware on every endpoint (outermost, so it also sees the bearer
  *   middleware's failures): what it fails with is encoded by the endpoint's error schemas,
  *   and /openapi.json lists these errors on every route;
  * - `answerCause`, used by the request pipeline for what happens outside any endpoint (no
  *   route, /docs, a defect in encoding), writing the envelope itself.
  */
-import { Cause, Effect, Option, type Types } from "effect"
-import { HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { Cause, Config, Duration, Effect, Option, type Types } from "effect"
+import { HttpEffect, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
+import { recordDatabaseUnavailable } from "../Observability/Metrics.js"
+import { isDatabaseUnavailable } from "../Sql.js"
 import { ApiErrors } from "./ApiErrors.js"
 import { isNulCharacterRefusal, isStatementCancelled, nulCharacterRefused } from "./InputGuards.js"
 import { noRouteMessage } from "./RouteHints.js"
 
 const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
+
+/** The properties the schema that refused an unknown key allows, from the first such issue. */
+const allowedKeys = (issue: SchemaIssue.Issue): ReadonlyArray<string> | null => {
+  if (issue._tag === "UnexpectedKey") {
+    return issue.ast._tag === "Objects" ? issue.ast.propertySignatures.map((property) => String(property.name)) : null
+  }
+  const children: ReadonlyArray<SchemaIssue.Issue> = "issues" in issue ? issue.issues : "issue" in issue ? [issue.issue] : []
+  for (const child of children) {
+    const found = allowedKeys(child)
+    if (found !== null) return found
+  }
+  return null
+}
 
 /** One short sentence naming the field and the rule, from a decode failure's issues. */
 export const describeDecodeError = (error: HttpApiError.HttpApiSchemaError): string => {
@@ -31,7 +47,10 @@ export const describeDecodeError = (error: HttpApiError.HttpApiSchemaError): str
     // JSON's number codec also takes the three non-finite spellings, and names only them.
     .replace(/^Expected "Infinity" \| "-Infinity" \| "NaN"$/, "must be a number")
     .replace(/^Expected (.*), got (.*)$/s, "must be $1, got $2")
-    .replace(/^Unexpected key.*$/s, "is not an allowed property")
+    .replace(/^(Unexpected key.*|Expected no excess property)$/s, () => {
+      const allowed = allowedKeys(error.cause.issue)
+      return `is not an allowed property${allowed === null || allowed.length === 0 ? "" : ` (allowed: ${allowed.join(", ")})`}`
+    })
     .replace(/^Missing key.*$/s, "is required")
   return `${field}: ${rule}${issues.length > 1 ? ` (and ${issues.length - 1} more)` : ""}`
 }
@@ -43,6 +62,47 @@ const multipartRefused = new UnsupportedMediaType({
 const statementTimedOut = new ServiceUnavailable({
   message: "The database took too long to answer and the request was cancelled; nothing was charged. Retry in a moment."
 })
+
+const databaseUnavailable = new ServiceUnavailable({
+  message: "The database cannot be reached right now (a restart or failover); the request was not completed. Retry in a moment (see Retry-After)."
+})
+
+/** The Retry-After of every 503: how soon a client may try again (a database restart takes seconds). */
+const RetryAfterConfig = Config.Duration("UNAVAILABLE_RETRY_AFTER").pipe(Config.withDefault(Duration.seconds(1)))
+
+const retryAfterValue = Effect.map(RetryAfterConfig, (delay) => String(Math.max(1, Math.ceil(Duration.toSeconds(delay)))))
+
+/** Adds Retry-After to the answer of the request this fiber serves. */
+const addRetryAfter = Effect.flatMap(retryAfterValue, (seconds) =>
+  Effect.withFiber((fiber) => {
+    HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (_request, response) =>
+      Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", seconds)))
+    return Effect.void
+  })).pipe(Effect.orDie)
+
+/**
+ * During an outage every request fails the same way: one warning per DB_UNAVAILABLE_LOG_INTERVAL
+ * with the count since the last, not one per request (the metric counts each).
+ */
+const UnavailableLogInterval = Config.Duration("DB_UNAVAILABLE_LOG_INTERVAL").pipe(Config.withDefault(Duration.seconds(5)))
+let unavailableSinceLog = 0
+let unavailableLoggedAt = 0
+
+const noteDatabaseUnavailable = (cause: Cause.Cause<unknown>) =>
+  Effect.gen(function*() {
+    recordDatabaseUnavailable()
+    unavailableSinceLog++
+    const interval = Duration.toMillis(yield* Effect.orDie(UnavailableLogInterval))
+    const now = Date.now()
+    if (now - unavailableLoggedAt < interval) return
+    unavailableLoggedAt = now
+    const requests = unavailableSinceLog
+    unavailableSinceLog = 0
+    const error = Cause.squash(cause)
+    yield* Effect.logWarning("the database cannot be reached; answering 503").pipe(
+      Effect.annotateLogs({ requests, error: error instanceof Error ? error.message : String(error) })
+    )
+  })
 
 const internalError = new InternalError({ message: "Internal server error." })
 
@@ -56,6 +116,7 @@ const fromDefect = (defect: unknown, cause: Cause.Cause<unknown>): Effect.Effect
       : Effect.fail(new ValidationFailed({ message: describeDecodeError(defect) }))
   }
   if (isNulCharacterRefusal(defect)) return Effect.fail(nulCharacterRefused)
+  if (isDatabaseUnavailable(defect)) return noteDatabaseUnavailable(cause).pipe(Effect.andThen(Effect.fail(databaseUnavailable)))
   if (isStatementCancelled(defect)) {
     return Effect.logWarning("a statement was cancelled by the database (DB_STATEMENT_TIMEOUT)").pipe(
       Effect.andThen(Effect.fail(statementTimedOut))
@@ -67,6 +128,8 @@ const fromDefect = (defect: unknown, cause: Cause.Cause<unknown>): Effect.Effect
   return Effect.logError("request failed with a defect", cause).pipe(Effect.andThen(Effect.fail(internalError)))
 }
 
+
+const withRetryAfterOn503 = (error: FrameworkError) => error._tag === "ServiceUnavailable" ? addRetryAfter : Effect.void
 
 const isMultipart = (contentType: string | undefined) => contentType !== undefined && /^multipart\//i.test(contentType)
 
@@ -93,10 +156,11 @@ export const ApiErrorsLive = ApiErrors.of((httpEffect, { endpoint }) =>
       const failure = Cause.findErrorOption(cause)
       if (Option.isSome(failure)) {
         const error: unknown = failure.value
+        if (error instanceof ServiceUnavailable) return Effect.andThen(addRetryAfter, Effect.failCause(cause))
         return HttpApiError.HttpApiSchemaError.is(error) ? fromDefect(error, cause) : Effect.failCause(cause)
       }
       const defect = Cause.findDefect(cause)
-      return defect._tag === "Success" ? fromDefect(defect.success, cause) : Effect.failCause(cause)
+      return defect._tag === "Success" ? fromDefect(defect.success, cause).pipe(Effect.tapError(withRetryAfterOn503)) : Effect.failCause(cause)
     })
   })
 )
@@ -129,7 +193,10 @@ export const answerCause = <E>(
         : error._tag === "ServiceUnavailable"
         ? [503, "service_unavailable"]
         : [500, "internal_error"]
-      return Effect.succeed(envelopeResponse(status, type, error.message, requestId))
+      const response = envelopeResponse(status, type, error.message, requestId)
+      return status === 503
+        ? Effect.map(retryAfterValue, (seconds) => HttpServerResponse.setHeader(response, "retry-after", seconds)).pipe(Effect.orDie)
+        : Effect.succeed(response)
     })
   )
 }

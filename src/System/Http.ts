@@ -1,12 +1,12 @@
 import { Duration, Effect } from "effect"
-import { SqlClient } from "effect/sql"
 import { HttpApiBuilder } from "effect/http-api"
 import { readdirSync } from "node:fs"
 import { HooklineApi } from "../Api.js"
 import { ServiceUnavailable } from "../Errors.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { checkMetricsAccess } from "../Observability/MetricsEndpoint.js"
-import { migrationsDirectory } from "../Sql.js"
+import { RateLimits } from "../RateLimit/RateLimits.js"
+import { appliedMigration, isDatabaseUnavailable, migrationsDirectory } from "../Sql.js"
 
 /** The highest migration id shipped with this build; /readyz wants the database at least there. */
 const latestMigrationId = Math.max(
@@ -17,24 +17,28 @@ const latestMigrationId = Math.max(
   })
 )
 
-const notAnswering = new ServiceUnavailable({ message: "The database does not answer." })
+const notAnswering = new ServiceUnavailable({ message: "The database does not answer within 2 seconds." })
+const unreachable = new ServiceUnavailable({ message: "The database cannot be reached (connection refused, lost, or the server is starting or stopping)." })
+const failing = new ServiceUnavailable({ message: "The database answers the readiness query with an error." })
 
 export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handlers) =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const metrics = yield* Metrics
+    const rateLimits = yield* RateLimits
     return handlers
       .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
       .handle("metrics", () => Effect.andThen(checkMetricsAccess, metrics.scrape))
       .handle("readyz", () =>
-        sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM effect_sql_migrations`.pipe(
+        appliedMigration.pipe(
           Effect.timeoutOrElse({ duration: Duration.seconds(2), orElse: () => Effect.fail(notAnswering) }),
-          Effect.catchTag("SqlError", () => Effect.fail(notAnswering)),
-          Effect.flatMap((rows) =>
-            (rows[0]?.latest ?? 0) >= latestMigrationId
-              ? Effect.succeed({ status: "ok" as const })
-              : Effect.fail(new ServiceUnavailable({ message: "Database migrations are not applied yet." }))
-          )
+          Effect.catchTag("SqlError", (error) => Effect.fail(isDatabaseUnavailable(error) ? unreachable : failing)),
+          Effect.flatMap((latest) => {
+            if (latest < latestMigrationId) {
+              return Effect.fail(new ServiceUnavailable({ message: "Database migrations are not applied yet." }))
+            }
+            const degraded = rateLimits.degradation()
+            return Effect.succeed(degraded === null ? { status: "ok" as const } : { status: "degraded" as const, degraded: [degraded] })
+          })
         ))
   })
 )

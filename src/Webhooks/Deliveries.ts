@@ -14,7 +14,7 @@ import { idPattern } from "../Ids.js"
 import { tracedFn } from "../Observability/Tracing.js"
 import { currentDate } from "../Repository.js"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
-import { DatabaseMode } from "../Sql.js"
+import { DatabaseMode, logBackgroundFailure } from "../Sql.js"
 import type { DeliveryParams, WebhookDelivery, WebhookDeliveryList } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
 import { WebhooksRepo } from "./Repo.js"
@@ -127,7 +127,7 @@ export const DeliverySweeperLive = Layer.effectDiscard(
     const deliveries = yield* WebhookDeliveries
     yield* deliveries.sweep.pipe(
       Effect.tap((swept) => (swept > 0 ? Effect.logInfo("swept webhook deliveries").pipe(Effect.annotateLogs({ swept })) : Effect.void)),
-      Effect.catchCause((cause) => Effect.logError("webhook delivery sweep failed", cause)),
+      Effect.catchCause(logBackgroundFailure("webhook delivery sweep failed")),
       Effect.withSpan("WebhookDeliveries.sweep"),
       Effect.repeat(Schedule.spaced(deliveries.config.sweepInterval)),
       Effect.forkScoped

@@ -21,10 +21,10 @@
  * - Wake-up: LISTEN on the outbox channel (Postgres), a timer for the next due retry, and a
  *   poll every WEBHOOK_POLL_INTERVAL (the only source in embedded mode, which has no LISTEN).
  */
-import { Context, Duration, Effect, FiberSet, Layer, Queue, Ref, Result, Schedule, Stream } from "effect"
+import { Context, Duration, Effect, FiberSet, Layer, Queue, Ref, Result } from "effect"
 import { randomUUID } from "node:crypto"
 import { currentDate } from "../Repository.js"
-import { DatabaseMode, listen } from "../Sql.js"
+import { DatabaseMode, listenForever, logBackgroundFailure } from "../Sql.js"
 import { effectiveLease, type WebhookConfig } from "./Config.js"
 import type { DeliveryStatus } from "./Api.js"
 import { deliveriesChannel, WebhooksRepo } from "./Repo.js"
@@ -155,17 +155,11 @@ const makeLoop = ({ claim, config, deliver, untilNextDue }: Outbox, embedded: bo
     })
 
     if (!embedded) {
-      yield* listen(deliveriesChannel).pipe(
-        Stream.runForEach(() => ring),
-        Effect.tapCause((cause) => Effect.logWarning("webhook LISTEN lost; polling until it is back", cause)),
-        Effect.retry(Schedule.spaced(config.pollInterval)),
-        Effect.forkScoped
-      )
+      // Polling covers the time the LISTEN is lost; taken again, it rings once to catch up.
+      yield* Effect.forkScoped(listenForever(deliveriesChannel, Effect.asVoid(ring)))
     }
     return yield* round.pipe(
-      Effect.catchCause((cause) =>
-        Effect.logError("webhook dispatch round failed", cause).pipe(Effect.andThen(Effect.sleep(config.pollInterval)))
-      ),
+      Effect.catchCause((cause) => logBackgroundFailure("webhook dispatch round failed")(cause).pipe(Effect.andThen(waitForBell(config.pollInterval)))),
       Effect.forever
     )
   })
