@@ -5,6 +5,7 @@
  * the wallet moved by exactly the sum of X-Credits-Charged answered, no hold is left pending,
  * and balance == sum(journal). Prints the status histogram; exits 1 on any problem.
  */
+import { randomInt } from "node:crypto"
 import { parseArgs } from "node:util"
 import { routes, runFuzz, seedCatalog } from "../test/support/fuzz.js"
 import { ledgerState, startTestServer } from "../test/support/server.js"
@@ -13,7 +14,7 @@ const { values } = parseArgs({
   options: {
     requests: { type: "string", default: "100000" },
     concurrency: { type: "string", default: "8" },
-    seed: { type: "string", default: String(Date.now() % 1_000_000) }
+    seed: { type: "string", default: String(randomInt(1_000_000)) }
   }
 })
 const requests = Number(values.requests)
@@ -37,9 +38,13 @@ try {
       if (sent % 10_000 === 0) console.log(`  ${sent} sent (${Math.round((Date.now() - started) / 1000)} s)`)
     }
   })
-  // Holds of requests still in flight when their client moved on are settled by now; give the last ones a moment.
-  await Bun.sleep(1_000)
-  const after = await ledgerState(server.db, account.accountId)
+  // Holds of requests still in flight when their client moved on: wait (10 s at most) for them to settle.
+  const settleDeadline = Date.now() + 10_000
+  let after = await ledgerState(server.db, account.accountId)
+  while (after.pendingHolds > 0 && Date.now() < settleDeadline) {
+    await Bun.sleep(50)
+    after = await ledgerState(server.db, account.accountId)
+  }
   const moved = before.monthly + before.topup - (after.monthly + after.topup)
   const statuses = [...report.statuses].sort(([a], [b]) => a.localeCompare(b))
   console.log(`sent ${report.sent} in ${Math.round((Date.now() - started) / 1000)} s`)

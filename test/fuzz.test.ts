@@ -20,7 +20,9 @@ afterAll(() => server.close())
 
 test("every answer to hostile input is documented, enveloped, and never moves credits wrongly", async () => {
   const before = await ledgerState(server.db, account.accountId)
-  const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 1_000_000)
+  // A fixed seed: the suite sends the same requests every run. `npm run fuzz` draws a new seed each
+  // time; FUZZ_SEED replays one it printed.
+  const seed = Number(process.env.FUZZ_SEED ?? 424_242)
   const report = await runFuzz({ url: server.url, adminToken: server.adminToken, key: account.key }, { requests: 3_000, concurrency: 4, seed })
   console.log(`fuzz (seed ${seed}): ${report.sent} requests over ${routes.length} routes; statuses ${JSON.stringify(Object.fromEntries(report.statuses))}`)
   expect(report.problems.slice(0, 5)).toEqual([])

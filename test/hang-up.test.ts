@@ -7,10 +7,9 @@ import { afterEach, describe, expect, test } from "bun:test"
 import type Pg from "pg"
 import { startTestServer, type TestServer } from "./support/server.js"
 
-let server: TestServer | undefined
+const servers: Array<TestServer> = []
 afterEach(async () => {
-  await server?.close()
-  server = undefined
+  for (const server of servers.splice(0).reverse()) await server.close()
 })
 
 /** Polls `check` until it holds, for at most 10 s; fails loudly naming `what` otherwise. */
@@ -26,50 +25,80 @@ const eventually = async (what: string, check: () => Promise<boolean>) => {
 const holdStatus = async (db: Pg.Pool, accountId: string) =>
   (await db.query<{ status: string }>("SELECT status FROM holds WHERE account_id = $1", [accountId])).rows.map((row) => row.status)
 
-const searchRunning = async (db: Pg.Pool) =>
+const searchesRunning = async (db: Pg.Pool) =>
   (await db.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%hook_search%' AND pid <> pg_backend_pid()"
+    `SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND state = 'active' AND query LIKE '%hook_search%' AND pid <> pg_backend_pid()`
   )).rows[0].n
 
-/** Starts a search on a locked catalog, hangs up once its hold is taken; answers the lock's release. */
-const hangUpMidSearch = async (grace: string) => {
-  server = await startTestServer({ DB_CANCEL_GRACE: grace, SEARCH_TIMEOUT: "60 seconds" }, { background: false })
-  const { accountId, key } = await server.account({ monthly_balance: 100 })
+/** A server with this DB_CANCEL_GRACE (on `databaseUrl` when given, else a new database). */
+const serverWithGrace = async (grace: string, databaseUrl?: string) => {
+  const server = await startTestServer({ DB_CANCEL_GRACE: grace, SEARCH_TIMEOUT: "60 seconds" }, { background: false, databaseUrl })
+  servers.push(server)
+  return server
+}
+
+/** Locks the catalog, so a search waits on it until `release`. */
+const lockCatalog = async (server: TestServer) => {
   const locker = await server.db.connect()
   await locker.query("BEGIN")
   await locker.query("LOCK TABLE hooks IN ACCESS EXCLUSIVE MODE")
-  const hangUp = new AbortController()
-  const search = fetch(`${server.url}/v1/hooks/search?q=money`, { headers: { authorization: `Bearer ${key}` }, signal: hangUp.signal })
-    .catch(() => "hung up")
-  const db = server.db
-  await eventually("the search holds its credits", async () => (await holdStatus(db, accountId)).join() === "pending")
-  hangUp.abort()
-  expect(await search).toBe("hung up")
-  const release = async () => {
+  return async () => {
     await locker.query("ROLLBACK")
     locker.release()
   }
-  return { accountId, db, release }
+}
+
+/** Starts a search on the (locked) catalog and waits until its hold is taken; `hangUp` aborts it. */
+const startSearch = async (server: TestServer) => {
+  const { accountId, key } = await server.account({ monthly_balance: 100 })
+  const connection = new AbortController()
+  const search = fetch(`${server.url}/v1/hooks/search?q=money`, { headers: { authorization: `Bearer ${key}` }, signal: connection.signal })
+    .catch(() => "hung up")
+  await eventually("the search holds its credits", async () => (await holdStatus(server.db, accountId)).join() === "pending")
+  return {
+    accountId,
+    hangUp: async () => {
+      connection.abort()
+      expect(await search).toBe("hung up")
+    }
+  }
 }
 
 describe("a client that hangs up", () => {
   test("past DB_CANCEL_GRACE: the statement is cancelled on the server and the hold refunded, the catalog still locked", async () => {
-    const { accountId, db, release } = await hangUpMidSearch("50 millis")
+    const server = await serverWithGrace("50 millis")
+    const release = await lockCatalog(server)
     try {
-      await eventually("the hold is refunded", async () => (await holdStatus(db, accountId)).join() === "refunded")
-      expect(await searchRunning(db)).toBe(0)
+      const search = await startSearch(server)
+      await search.hangUp()
+      await eventually("the hold is refunded", async () => (await holdStatus(server.db, search.accountId)).join() === "refunded")
+      expect(await searchesRunning(server.db)).toBe(0)
     } finally {
       await release()
     }
   })
 
   test("within DB_CANCEL_GRACE: the statement runs to its end and the search is charged as answered", async () => {
-    const { accountId, db, release } = await hangUpMidSearch("30 seconds")
-    // Past the 50 ms the test above needed to cancel it, the statement still runs.
-    await Bun.sleep(500)
-    expect(await searchRunning(db)).toBe(1)
-    expect(await holdStatus(db, accountId)).toEqual(["pending"])
-    await release()
-    await eventually("the hold is settled", async () => (await holdStatus(db, accountId)).join() === "settled")
+    const server = await serverWithGrace("30 seconds")
+    // A second server in this process on the same database, with the short grace of the test above:
+    // its client hangs up after this one's, so once its statement is cancelled, this one's would
+    // have been too had it been given the short grace.
+    const shortGrace = await serverWithGrace("50 millis", server.databaseUrl)
+    const release = await lockCatalog(server)
+    let accountId = ""
+    try {
+      const search = await startSearch(server)
+      accountId = search.accountId
+      const witness = await startSearch(shortGrace)
+      await search.hangUp()
+      await witness.hangUp()
+      await eventually("the short grace's hold is refunded", async () => (await holdStatus(server.db, witness.accountId)).join() === "refunded")
+      expect(await searchesRunning(server.db)).toBe(1)
+      expect(await holdStatus(server.db, accountId)).toEqual(["pending"])
+    } finally {
+      await release()
+    }
+    await eventually("the hold is settled", async () => (await holdStatus(server.db, accountId)).join() === "settled")
   })
 })

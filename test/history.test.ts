@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { SqlClient } from "effect/sql"
 import { Effect, Option, Result } from "effect"
-import { historyPage } from "../src/Ledger/History.js"
+import { historyPage } from "../src/Ledger/HistoryRepo.js"
 import { type Operation, Ledger } from "../src/Ledger/Ledger.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { servicesRuntime } from "./support/runtime.js"
@@ -341,6 +341,10 @@ describe("the credit history", () => {
     ["type=topup", "type"],
     ["created[gte]=yesterday", "created[gte]"],
     ["created[lte]=2026-13-45T00:00:00Z", "created[lte]"],
+    ["created[gte]=2026-02-30", "created[gte]"],
+    ["created[lte]=2026-02-29T00:00:00Z", "created[lte]"],
+    ["created[gte]=2026-04-31T10:00:00%2B02:00", "created[gte]"],
+    ["created[lte]=2026-11-22T24:00:00Z", "created[lte]"],
     ["sort=asc", "sort"]
   ])("%s is 422 naming %s", async (query, naming) => {
     const { key } = await server.account({ plan: "pro" })
@@ -397,7 +401,7 @@ const journalSum = async (accountId: string, from: string, to: string) => {
   return Number(rows[0].total)
 }
 
-describe("free journal growth (issue 14, item 10)", () => {
+describe("free journal growth", () => {
   interface PlanNode {
     readonly "Relation Name"?: string
     readonly "Actual Rows": number
@@ -472,18 +476,21 @@ describe("usage summary", () => {
     await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 7 } })
     // A pending hold counts as spent until it settles.
     await reserve(accountId, 2, { operation: "search", requestId: requestId() })
-    // Yesterday's grant, and one from last year (outside every range asked below).
+    // A grant of the day before, and one from last year (outside every range asked below).
     await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 3 } })
     await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount: 11 } })
+    // The rows at fixed instants, so the days below do not depend on when (or across which midnight) the test runs:
+    // everything at noon (UTC) yesterday, the grant of 3 a day earlier, the grant of 11 400 days earlier.
+    const noonYesterday = new Date(Date.now() - 86_400_000)
+    noonYesterday.setUTCHours(12, 0, 0, 0)
+    const dayBefore = new Date(noonYesterday.getTime() - 86_400_000)
     await server.db.query(
-      `UPDATE credit_journal SET created_at = created_at - interval '1 day'
-        WHERE seq = (SELECT max(seq) - 1 FROM credit_journal WHERE account_id = $1)`,
-      [accountId]
-    )
-    await server.db.query(
-      `UPDATE credit_journal SET created_at = created_at - interval '400 days'
-        WHERE seq = (SELECT max(seq) FROM credit_journal WHERE account_id = $1)`,
-      [accountId]
+      `UPDATE credit_journal j SET created_at = CASE j.seq WHEN last.seq - 1 THEN $3::timestamptz
+                                                         WHEN last.seq THEN $2::timestamptz - interval '400 days'
+                                                         ELSE $2::timestamptz END
+         FROM (SELECT max(seq) AS seq FROM credit_journal WHERE account_id = $1) last
+        WHERE j.account_id = $1`,
+      [accountId, noonYesterday.toISOString(), dayBefore.toISOString()]
     )
 
     const byOperation = await usage(key, "?group_by=operation")
@@ -502,14 +509,12 @@ describe("usage summary", () => {
 
     const byDay = await usage(key, `?from=${from}&to=${to}`)
     expect(byDay.body.group_by).toBe("day")
-    const today = new Date().toISOString().slice(0, 10)
-    const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10)
-    expect(byDay.body.data.map((row) => row.key)).toEqual([yesterday, today])
+    expect(byDay.body.data.map((row) => row.key)).toEqual([dayBefore.toISOString().slice(0, 10), noonYesterday.toISOString().slice(0, 10)])
     expect(byDay.body.data[0]).toMatchObject({ granted: 3, net: 3 })
     expect(byDay.body.totals).toEqual(byOperation.body.totals)
 
     // The whole journal, with last year's row, once ranges cover it.
-    const lastYear = await usage(key, `?from=${new Date(Date.now() - 401 * 86_400_000).toISOString()}&to=${new Date(Date.now() - 330 * 86_400_000).toISOString()}`)
+    const lastYear = await usage(key, `?from=${new Date(Date.now() - 402 * 86_400_000).toISOString()}&to=${new Date(Date.now() - 330 * 86_400_000).toISOString()}`)
     expect(lastYear.body.totals).toEqual({ spent: 0, refunded: 0, granted: 11, expired: 0, net: 11 })
     const state = await ledgerState(server.db, accountId)
     expect(byOperation.body.totals.net + lastYear.body.totals.net).toBe(state.journalMonthly + state.journalTopup)
@@ -523,6 +528,25 @@ describe("usage summary", () => {
     const rollover = response.body.data.find((row) => row.key === "rollover")
     expect(rollover).toEqual({ key: "rollover", spent: 0, refunded: 0, granted: 1000, expired: 999, net: 1 })
     expect(response.body.totals.net).toBe(await journalSum(accountId, response.body.from, response.body.to))
+  })
+
+  test.each([
+    ["from=2026-02-30&to=2026-03-05", "from"],
+    ["from=2026-03-01&to=2026-04-31", "to"],
+    ["from=2026-02-01T00:00:00Z&to=2026-02-29T00:00:00Z", "to"],
+    ["from=2026-03-01T23:60:00Z&to=2026-03-05", "from"]
+  ])("a day that does not exist (%s) is 422 naming %s, in the wallet and the admin API", async (query, naming) => {
+    const { accountId, key } = await server.account({ plan: "pro" })
+    const own = await usage(key, `?${query}`)
+    expectEnvelope(own, 422, "validation_error")
+    expect((own.body as unknown as ErrorBody).error.message).toContain(naming)
+    const admin = await server.admin(`/admin/accounts/${accountId}/usage?${query}`)
+    expectEnvelope(admin, 422, "validation_error")
+    expect((admin.body as ErrorBody).error.message).toContain(naming)
+    // A leap day that exists is read as itself.
+    const leap = await usage(key, "?from=2028-02-29&to=2028-03-01")
+    expect(leap.status).toBe(200)
+    expect(leap.body.from).toBe("2028-02-29T00:00:00.000Z")
   })
 
   test("a bad range, date or grouping is 422 and a missing key 401; it stays open after plan loss, and in the admin API", async () => {

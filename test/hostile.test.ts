@@ -1,10 +1,11 @@
 /**
- * Hostile tenants (issue 14): slips against the contract and its decisions, each sent as an
+ * Hostile tenants: slips against the documented behaviour (docs/behaviour.md), each sent as an
  * attacker would. Every test checks the answer (status and envelope), that the server still
  * answers, and that nothing was charged or lost (balance == sum(journal), no hold left pending).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Duration, Effect } from "effect"
+import { TestClock } from "effect/testing"
 import { createHash } from "node:crypto"
 import { mkdtempSync, readFileSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -58,7 +59,7 @@ const mp4Head = () => {
 
 const uploadPath = (link: UploadLink) => new URL(link.upload_url).pathname
 
-describe("without API access (decisions.md)", () => {
+describe("without API access", () => {
   test("the wallet and its own billing records stay open; metered and webhook-changing routes give 403", async () => {
     const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 30, topup_balance: 5 })
     expect((await server.admin(`/admin/accounts/${accountId}`, { method: "PATCH", body: { plan: "free" } })).status).toBe(200)
@@ -151,9 +152,11 @@ describe("upload links after the key is revoked or the account suspended", () =>
     })
     const put = fetch(server.url + uploadPath(link), { method: "PUT", body, duplex: "half" } as RequestInit)
     // The PUT has claimed the link (the body is streaming) before the key is revoked.
-    for (let i = 0; i < 200; i++) {
+    const claimDeadline = Date.now() + 15_000
+    for (;;) {
       const { rows } = await server.db.query("SELECT status FROM uploads WHERE id = $1", [link.upload_id])
       if (rows[0].status === "receiving") break
+      if (Date.now() > claimDeadline) throw new Error(`the streaming PUT never claimed its link (upload ${rows[0].status})`)
       await Bun.sleep(10)
     }
     expect((await server.admin(`/admin/keys/${keyId}`, { method: "DELETE" })).status).toBe(200)
@@ -245,23 +248,47 @@ describe("secrets.json", () => {
     const script = `
       import { Effect, Redacted } from "effect"
       import { createHash } from "node:crypto"
+      import { readSync } from "node:fs"
       import { loadServerSecrets } from "${join(import.meta.dir, "../src/Config.ts")}"
-      // Start together: wait for the same instant, modules already loaded.
-      while (Date.now() < START_AT) {}
+      // Start together: modules loaded, say so, then block until the test's go (a byte on stdin).
+      console.log("ready")
+      readSync(0, new Uint8Array(1))
       const secrets = await Effect.runPromise(loadServerSecrets)
       const digest = (value) => createHash("sha256").update(Redacted.value(value)).digest("hex")
       console.log(JSON.stringify([digest(secrets.adminToken), digest(secrets.cursorSecret), digest(secrets.webhookSecretKey)]))`
     // Embedded mode (no DATABASE_URL) and no secret in the environment: every secret is generated.
     const { DATABASE_URL: _database, ADMIN_TOKEN: _admin, CURSOR_SECRET: _cursor, WEBHOOK_SECRET_KEY: _webhook, ...inherited } = process.env
     const env = { ...inherited, DATA_DIR: dataDir }
-    const startAt = Date.now() + 3_000
     const children = Array.from({ length: 8 }, () =>
-      Bun.spawn([process.execPath, "-e", script.replace("START_AT", String(startAt))], { env, stdout: "pipe", stderr: "pipe", cwd: join(import.meta.dir, "..") }))
-    const outputs = await Promise.all(children.map(async (child) => {
-      const [out, err, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
-      if (code !== 0) throw new Error(err)
-      return out.trim()
-    }))
+      Bun.spawn([process.execPath, "-e", script], { env, stdin: "pipe", stdout: "pipe", stderr: "pipe", cwd: join(import.meta.dir, "..") }))
+    /** A child's output: its "ready" line (awaited first), then what it prints once released. */
+    const outputsOf = children.map((child) => {
+      const reader = child.stdout.getReader()
+      const decoder = new TextDecoder()
+      let text = ""
+      const readUntil = async (done: (text: string) => boolean) => {
+        while (!done(text)) {
+          const chunk = await reader.read()
+          if (chunk.done) throw new Error(`a child ended before it was done: ${text}${await new Response(child.stderr).text()}`)
+          text += decoder.decode(chunk.value, { stream: true })
+        }
+        return text
+      }
+      return {
+        ready: readUntil((sofar) => sofar.includes("ready\n")),
+        rest: async () => {
+          await readUntil((sofar) => sofar.split("\n").length > 2)
+          const [err, code] = await Promise.all([new Response(child.stderr).text(), child.exited])
+          if (code !== 0) throw new Error(err)
+          return text.slice(text.indexOf("ready\n") + "ready\n".length).trim()
+        }
+      }
+    })
+    // Every process is loaded and blocked on its stdin before any is released: they race for real.
+    await Promise.all(outputsOf.map((output) => output.ready))
+    for (const child of children) child.stdin.write("g")
+    for (const child of children) void child.stdin.flush()
+    const outputs = await Promise.all(outputsOf.map((output) => output.rest()))
     expect(new Set(outputs).size).toBe(1)
     const stored = JSON.parse(readFileSync(join(dataDir, "secrets.json"), "utf8")) as Record<string, string>
     const digest = (value: string) => createHash("sha256").update(value).digest("hex")
@@ -402,15 +429,24 @@ describe("the substring fallback (a q with no searchable word)", () => {
 describe("the in-process rate limit store", () => {
   test("stays within its capacity under a flood of addresses, and forgets spent counters", async () => {
     const { store, size } = makeBoundedMemoryStore(100)
-    const window = (key: string) => Effect.runPromise(store.fixedWindow({ key, tokens: 1, refillRate: Duration.millis(500), limit: 3 }))
-    for (let i = 0; i < 1_000; i++) await window(`auth:10.0.${i >> 8}.${i & 255}`)
-    expect(size()).toBeLessThanOrEqual(100)
-    // A counter over its limit stays over it while its window lasts...
-    for (let i = 0; i < 3; i++) await window("auth:attacker")
-    expect((await window("auth:attacker"))[0]).toBeGreaterThan(3)
-    // ...and is gone once it has run out (3 tokens of 500 ms).
-    await Bun.sleep(1_600)
-    expect((await window("auth:attacker"))[0]).toBe(1)
+    const window = (key: string) => Effect.map(store.fixedWindow({ key, tokens: 1, refillRate: Duration.millis(500), limit: 3 }), ([count]) => count)
+    // The store reads the Clock: TestClock moves its time.
+    const seen = await Effect.runPromise(Effect.gen(function*() {
+      for (let i = 0; i < 1_000; i++) yield* window(`auth:10.0.${i >> 8}.${i & 255}`)
+      const sizeAfterFlood = size()
+      for (let i = 0; i < 3; i++) yield* window("auth:attacker")
+      const over = yield* window("auth:attacker")
+      yield* TestClock.adjust(1_499)
+      const overAtWindowEnd = yield* window("auth:attacker")
+      yield* TestClock.adjust(1)
+      return { sizeAfterFlood, over, overAtWindowEnd, afterWindow: yield* window("auth:attacker") }
+    }).pipe(Effect.provide(TestClock.layer())))
+    expect(seen.sizeAfterFlood).toBeLessThanOrEqual(100)
+    // A counter over its limit stays over it while its window lasts (3 tokens of 500 ms)...
+    expect(seen.over).toBeGreaterThan(3)
+    expect(seen.overAtWindowEnd).toBeGreaterThan(3)
+    // ...and is gone once it has run out.
+    expect(seen.afterWindow).toBe(1)
   })
 
   test("counts an IPv6 client per /64 and an IPv4-mapped one as its IPv4 address", () => {

@@ -21,9 +21,14 @@ let server: TestServer
 let receiver: ReturnType<typeof Bun.serve>
 let delivered = 0
 let receiverDelayMs = 0
+/** Hears the text of every statement the server runs, while a test sets it. */
+let statementHeard: ((text: string) => void) | undefined
 
 beforeAll(async () => {
-  server = await startTestServer({ WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true" })
+  server = await startTestServer(
+    { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_ALLOW_INSECURE: "true" },
+    { onStatement: ({ text }) => statementHeard?.(text) }
+  )
   receiver = Bun.serve({
     port: 0,
     hostname: "127.0.0.1",
@@ -210,10 +215,21 @@ describe("Idempotency-Key on a grant", () => {
       settled = true
       return answer
     })
-    // It keeps waiting while the claim is alive (the owner's heartbeat moves locked_at).
-    for (let i = 0; i < 5; i++) {
-      await Bun.sleep(40)
-      await server.db.query("UPDATE idempotency_keys SET locked_at = now() WHERE key = $1", [key])
+    // It keeps waiting while the claim is alive (the owner's heartbeat moves locked_at): it reads the
+    // row again and again, and is still waiting after its fifth read found the claim in progress.
+    let reads = 0
+    statementHeard = (text) => {
+      if (text.includes("FROM idempotency_keys") && text.includes("SELECT fingerprint")) reads++
+    }
+    try {
+      for (let heartbeat = 0; reads <= 5; heartbeat++) {
+        if (heartbeat > 500) throw new Error(`the repeat read the key ${reads} times, then stopped looking`)
+        if (settled) break
+        await server.db.query("UPDATE idempotency_keys SET locked_at = now() WHERE key = $1", [key])
+        await Bun.sleep(10)
+      }
+    } finally {
+      statementHeard = undefined
     }
     expect(settled).toBe(false)
     await server.db.query("UPDATE idempotency_keys SET status = 'completed' WHERE key = $1", [key])

@@ -84,6 +84,19 @@ describe("NDJSON", () => {
     expect(hook.body.source_url).toBe("https://tiktok.example/10")
   })
 
+  test("a published_at that names no day (February 30th, 24:00) is rejected, not rolled over into the next month", async () => {
+    const record = (n: number, published_at: string) =>
+      ({ text: `Quillmarsh ${n}`, platform: "tiktok", source_url: `https://tiktok.example/calendar/${n}`, published_at })
+    const response = await importBody(ndjson([
+      record(1, "2026-02-30T10:00:00Z"),
+      record(2, "2026-03-01T24:00:00Z"),
+      record(3, "2028-02-29T10:00:00Z")
+    ]))
+    expect(response.status).toBe(200)
+    expect(response.body.inserted).toBe(1)
+    expect(response.body.rejected.map((r) => [r.index, r.message.split(":")[0]])).toEqual([[1, "published_at"], [2, "published_at"]])
+  })
+
   test("a re-import updates the same hooks instead of duplicating them", async () => {
     const records = Array.from({ length: 20 }, (_, i) => ({
       text: `Sandpiperlux take one ${i}`,
@@ -243,7 +256,7 @@ describe("requests the import refuses as a whole", () => {
 })
 
 describe("a bug while importing", () => {
-  test("is a defect (a 500 at the route), not a 422 validation error, and writes nothing", async () => {
+  test("is a defect (no typed failure, so never a 422 validation error) and writes nothing", async () => {
     const before = await count("true", [])
     const valid = new TextEncoder().encode(JSON.stringify({ text: "Bugwren", platform: "tiktok", source_url: "https://bug.example/1" }) + "\n")
     // A chunk that is not bytes makes the splitter throw a TypeError: a bug, not a bad record.

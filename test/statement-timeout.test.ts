@@ -1,5 +1,5 @@
 /**
- * DB_STATEMENT_TIMEOUT (issue 14, item 10): every statement a tenant's request runs is cancelled
+ * DB_STATEMENT_TIMEOUT: every statement a tenant's request runs is cancelled
  * by PostgreSQL past the timeout, and the request answers 503 `service_unavailable` with the
  * envelope, charging nothing. A table locked by the test (ACCESS EXCLUSIVE, as a long migration or
  * a stuck transaction would) makes any statement on it wait past the timeout on purpose. The
@@ -11,6 +11,7 @@ import { expectEnvelope } from "./support/envelope.js"
 import { type ErrorBody, ledgerState, startTestServer, type TestServer } from "./support/server.js"
 
 const timeoutMs = 400
+const statementTimedOutMessage = "The database took too long to answer and the request was cancelled; nothing was charged. Retry in a moment."
 
 let server: TestServer
 let key: string
@@ -38,6 +39,24 @@ const whileLocked = async <T>(table: string, body: () => Promise<T>): Promise<T>
   }
 }
 
+/**
+ * Statements of the server still running, waiting on a lock the test holds. A request answered
+ * while its statement still waits would leave it to run on (and take a connection) once the lock
+ * goes: PostgreSQL must have stopped it by the time the request is answered.
+ */
+const statementsWaitingOnLocks = async () =>
+  (await server.db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND application_name = 'hookline' AND state = 'active' AND wait_event_type = 'Lock'`
+  )).rows[0].n
+
+/** The answer to `path` while `table` is locked, and how many of the server's statements still wait on the lock then. */
+const requestWhileLocked = (table: string, path: string) =>
+  whileLocked(table, async () => {
+    const response = await server.request<ErrorBody>(path, { key })
+    return { response, stillWaiting: await statementsWaitingOnLocks() }
+  })
+
 const journalRows = async () =>
   (await server.db.query<{ n: number }>("SELECT count(*)::int AS n FROM credit_journal WHERE account_id = $1", [accountId])).rows[0].n
 
@@ -55,12 +74,13 @@ describe("a tenant query over DB_STATEMENT_TIMEOUT", () => {
     test(`${what} (${table} locked) answers 503 service_unavailable and charges nothing`, async () => {
       const before = await ledgerState(server.db, accountId)
       const journalBefore = await journalRows()
-      const started = Date.now()
-      const response = await whileLocked(table, () => server.request<ErrorBody>(path, { key }))
+      const { response, stillWaiting } = await requestWhileLocked(table, path)
       expect(response.status).toBe(503)
       expectEnvelope(response, 503, "service_unavailable")
+      // The statement timeout's own answer (PostgreSQL cancelled the statement), not another 503.
+      expect(response.body.error.message).toBe(statementTimedOutMessage)
       expect(response.headers.get("x-credits-charged")).toBeNull()
-      expect(Date.now() - started).toBeGreaterThanOrEqual(timeoutMs)
+      expect(stillWaiting).toBe(0)
       expect(await ledgerState(server.db, accountId)).toEqual(before)
       expect(await journalRows()).toBe(journalBefore)
       // Once the lock is gone the same request answers normally.
@@ -70,9 +90,11 @@ describe("a tenant query over DB_STATEMENT_TIMEOUT", () => {
 
   test("a search cancelled after its reserve refunds the hold (hook_search locked)", async () => {
     const before = await ledgerState(server.db, accountId)
-    const response = await whileLocked("hook_search", () => server.request<ErrorBody>("/v1/hooks/search?q=slowpoke", { key }))
+    const { response, stillWaiting } = await requestWhileLocked("hook_search", "/v1/hooks/search?q=slowpoke")
     expect(response.status).toBe(503)
     expectEnvelope(response, 503, "service_unavailable")
+    expect(response.body.error.message).toBe(statementTimedOutMessage)
+    expect(stillWaiting).toBe(0)
     const after = await ledgerState(server.db, accountId)
     expect(after).toEqual(before)
     expect(after.monthly).toBe(after.journalMonthly)
@@ -90,16 +112,32 @@ describe("work exempt from the timeout", () => {
     const session = await server.db.connect()
     await session.query("BEGIN")
     await session.query("LOCK TABLE hooks IN ACCESS EXCLUSIVE MODE")
-    const released = Bun.sleep(timeoutMs * 3).then(async () => {
-      await session.query("ROLLBACK")
-      session.release()
-    })
-    const imported = await server.admin<{ inserted: number }>("/admin/catalog/hooks", {
+    let answered = false
+    const importing = server.admin<{ inserted: number }>("/admin/catalog/hooks", {
       method: "POST",
       rawBody: JSON.stringify({ text: "A hook imported past the timeout", platform: "tiktok", source_url: "https://tiktok.example/slow/1" }),
       headers: { "content-type": "application/x-ndjson" }
-    })
-    await released
+    }).finally(() => (answered = true))
+    try {
+      // Released once PostgreSQL's own clock shows the import's statement waiting three timeouts long, still alive.
+      const deadline = Date.now() + 30_000
+      for (;;) {
+        const { rows: [waiting] } = await session.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name = 'hookline' AND wait_event_type = 'Lock'
+              AND clock_timestamp() - query_start > $1 * interval '1 millisecond'`,
+          [timeoutMs * 3]
+        )
+        if (waiting.n > 0) break
+        if (answered) throw new Error(`the import was answered while the lock was held: ${JSON.stringify(await importing)}`)
+        if (Date.now() > deadline) throw new Error("the import's statement never waited three timeouts on the lock")
+        await Bun.sleep(20)
+      }
+    } finally {
+      await session.query("ROLLBACK")
+      session.release()
+    }
+    const imported = await importing
     expect(imported.status).toBe(200)
     expect(imported.body.inserted).toBe(1)
   })

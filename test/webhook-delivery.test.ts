@@ -246,6 +246,18 @@ describe("webhook delivery, one service, TestClock", () => {
   test("the background dispatcher, forked under TestClock, retries when the clock reaches the next attempt", async () => {
     const { accountId } = await accountWithWebhook()
     receiver.script.push(500)
+    /** Resolves once the dispatcher's LISTEN is registered (a new event's NOTIFY then wakes the loop). */
+    const listening = async () => {
+      for (let look = 0; look < 500; look++) {
+        const { rows: [row] } = await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN%hookline_webhook_deliveries%'`
+        )
+        if (row.n > 0) return
+        await Bun.sleep(10)
+      }
+      throw new Error("the dispatcher never listened for new deliveries")
+    }
     /** Waits (in real time) for `sent` requests of the event, moving the clock by `nudge` between looks. */
     const sentCount = (eventId: string, sent: number, nudge: Duration.Input) =>
       Effect.gen(function*() {
@@ -267,9 +279,13 @@ describe("webhook delivery, one service, TestClock", () => {
       // LISTEN wakes the loop; before it is listening, the next poll (a second of TestClock) does.
       yield* sentCount(eventId, 1, "1 second")
       const first = requestsFor(eventId)[0].at
-      // A millisecond before the retry is due, a real-time wait sends nothing.
+      // A millisecond before the retry is due, the loop claims what is due: a new event, enqueued then
+      // (its NOTIFY wakes the loop), is sent; the retry, were it due, would have been claimed first.
       yield* TestClock.adjust(first + schedule[0] - 1 - (yield* Clock.currentTimeMillis))
-      yield* Effect.promise(() => Bun.sleep(200))
+      yield* Effect.promise(() => listening())
+      const witnessId = yield* webhooks.enqueueEvent(accountId, "prediction.succeeded", samplePrediction())
+      if (witnessId === null) return yield* Effect.die(new Error("an enabled webhook takes the event"))
+      yield* sentCount((yield* deliveries.get(accountId, witnessId)).event_id, 1, "0 millis")
       const early = requestsFor(eventId).length
       yield* TestClock.adjust(1)
       yield* sentCount(eventId, 2, "10 millis")

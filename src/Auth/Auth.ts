@@ -42,12 +42,12 @@ const make = Effect.gen(function*() {
       scopes: row.scopes
     })))
 
-  // A plain map read synchronously: a hit costs no fiber hop, no clock service, no Deferred.
+  // A plain map read synchronously: a hit costs no fiber hop and no Deferred. Time is the fiber's
+  // Clock, read without a service lookup, so a test can move it past the TTL.
   const ttlMs = Duration.toMillis(config.cacheTtl)
   const cache = new Map<string, { readonly owner: Option.Option<KeyOwner>; readonly until: number }>()
   // Entries sit in insertion order, which is expiry order (one TTL): expired ones are at the front.
-  const remember = (hash: string, owner: Option.Option<KeyOwner>) => {
-    const now = Date.now()
+  const remember = (hash: string, owner: Option.Option<KeyOwner>, now: number) => {
     for (const [key, entry] of cache) {
       if (entry.until > now && cache.size < cacheCapacity) break
       cache.delete(key)
@@ -60,11 +60,13 @@ const make = Effect.gen(function*() {
   const findKey = (plainKey: string): Effect.Effect<Option.Option<KeyOwner>> => {
     const hash = sha256Hex(plainKey)
     if (ttlMs <= 0) return lookupByHash(hash)
-    const hit = cache.get(hash)
-    if (hit !== undefined && hit.until > Date.now()) return Effect.succeed(hit.owner)
-    return Effect.map(lookupByHash(hash), (owner) => {
-      remember(hash, owner)
-      return owner
+    return Effect.clockWith((clock) => {
+      const hit = cache.get(hash)
+      if (hit !== undefined && hit.until > clock.currentTimeMillisUnsafe()) return Effect.succeed(hit.owner)
+      return Effect.map(lookupByHash(hash), (owner) => {
+        remember(hash, owner, clock.currentTimeMillisUnsafe())
+        return owner
+      })
     })
   }
 
