@@ -32,7 +32,7 @@ const prediction = (): Prediction => ({
   created_at: new Date().toISOString(),
   completed_at: new Date().toISOString(),
   input: { duration_sec: 14.2 },
-  result: { band: "high", hook_duration_sec: 1.4, category: null },
+  result: { band: "high", hook_duration_sec: 1.4, category: null, hook_text: null, hook_text_confidence: null, similar_hooks: [] },
   error: null
 })
 

@@ -23,6 +23,11 @@
  *
  * What the band is not: a prediction of views or engagement. It rates how quickly and how
  * energetically a clip opens, measured from the file alone.
+ *
+ * The hook read on screen (hook_text, similar_hooks, category) does not move the band. Reading is
+ * best effort under a time cap (a busy process may give up where an idle one reads), and what the
+ * neighbours score depends on the live catalog; the band must stay the same for the same file.
+ * The reading is reported beside the band for the creator to weigh.
  */
 import type { Band } from "./Domain.js"
 

@@ -1,6 +1,6 @@
 /**
  * Clip scoring settings, each from the environment with the contract's value as default
- * (decisions.md, "Predictions"). Durations take Effect's duration strings: "15 minutes", "2 seconds".
+ * (docs/configuration.md). Durations take Effect's duration strings: "15 minutes", "2 seconds".
  */
 import { Config, Duration } from "effect"
 
@@ -51,7 +51,23 @@ export const ScorerConfig = Config.all({
   /** Frames of the opening analysed at most (10 s at 120 fps); a file packed with tiny frames stops there. */
   maxFrames: Config.Int("SCORER_MAX_FRAMES").pipe(Config.withDefault(1200)),
   /** Output one ffprobe/ffmpeg run may print (read as it streams); more stops it: analysis_failed. */
-  maxOutputBytes: Config.Int("SCORER_MAX_OUTPUT_BYTES").pipe(Config.withDefault(8 * 1024 * 1024))
+  maxOutputBytes: Config.Int("SCORER_MAX_OUTPUT_BYTES").pipe(Config.withDefault(8 * 1024 * 1024)),
+  /** false: the on-screen hook is not read (hook_text null, similar_hooks empty, category null). */
+  readText: Config.Boolean("SCORER_READ_TEXT").pipe(Config.withDefault(true)),
+  /** Frames of the opening read for on-screen text, at most. */
+  textFrames: Config.Int("SCORER_TEXT_FRAMES").pipe(Config.withDefault(3)),
+  /** The first frame read; a caption is rarely complete on the very first frame. */
+  textFirstFrame: Config.Duration("SCORER_TEXT_FIRST_FRAME").pipe(Config.withDefault(Duration.millis(500))),
+  /** Time between the frames read. */
+  textFrameSpacing: Config.Duration("SCORER_TEXT_FRAME_SPACING").pipe(Config.withDefault(Duration.seconds(1))),
+  /** Reading one clip's frames taking longer than this gives up on the text (the clip still scores). */
+  textTimeout: Config.Duration("SCORER_TEXT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(3))),
+  /** Words read with a lower confidence (0..1) are dropped. */
+  textMinConfidence: Config.Number("SCORER_TEXT_MIN_CONFIDENCE").pipe(Config.withDefault(0.6)),
+  /** Frames are read with their shorter side scaled down to this many pixels (never up). */
+  textFrameSize: Config.Int("SCORER_TEXT_FRAME_SIZE").pipe(Config.withDefault(540)),
+  /** Luma (0..255) from which a pixel counts as caption ink: captions are white or near-white. */
+  textInkLuma: Config.Int("SCORER_TEXT_INK_LUMA").pipe(Config.withDefault(235))
 })
 export type ScorerConfig = Config.Success<typeof ScorerConfig>
 

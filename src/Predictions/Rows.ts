@@ -1,13 +1,34 @@
 /** The prediction and upload rows as read from the database, and the Prediction they make. */
 import { Clock, Duration, Effect, Option, Schema } from "effect"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
-import type { Prediction } from "./Api.js"
+import { type Prediction, type PredictionResult, SimilarHook } from "./Api.js"
 import { Band, PredictionErrorType, PredictionStatus } from "./Domain.js"
+import type { ClipScore } from "./Scorer.js"
 
+/** The stored result; results stored before hooks were read lack the hook fields (read as nothing read). */
 export const StoredResult = Schema.Struct({
   band: Band,
   hook_duration_sec: Schema.NullOr(Schema.Number),
-  category: Schema.NullOr(Schema.Struct({ slug: Schema.String }))
+  category: Schema.NullOr(Schema.Struct({ slug: Schema.String })),
+  hook_text: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  hook_text_confidence: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  similar_hooks: Schema.optionalKey(Schema.Array(SimilarHook))
+})
+
+/** The hook fields of a stored result, from a score (Jobs.ts writes them with the band). */
+export const storedHookFields = (score: ClipScore) => ({
+  hook_text: score.hook?.text ?? null,
+  hook_text_confidence: score.hook?.confidence ?? null,
+  similar_hooks: score.hook?.similar ?? []
+})
+
+const toResult = (result: typeof StoredResult.Type): PredictionResult => ({
+  band: result.band,
+  hook_duration_sec: result.hook_duration_sec,
+  category: result.category,
+  hook_text: result.hook_text ?? null,
+  hook_text_confidence: result.hook_text_confidence ?? null,
+  similar_hooks: result.similar_hooks ?? []
 })
 
 export const PredictionRow = Schema.Struct({
@@ -36,7 +57,7 @@ export const UploadRow = Schema.Struct({
 })
 export type UploadRow = typeof UploadRow.Type
 
-/** The contract's Prediction (spec 2.8): `input` appears once the file has landed. */
+/** The contract's Prediction: `input` appears once the file has landed. */
 export const toPrediction = (row: PredictionRow): Prediction => ({
   object: "prediction",
   id: row.id,
@@ -44,9 +65,7 @@ export const toPrediction = (row: PredictionRow): Prediction => ({
   created_at: toTimestamp(row.created_at),
   completed_at: toNullableTimestamp(row.completed_at),
   input: row.upload_status === "received" ? { duration_sec: row.input_duration_sec } : null,
-  result: row.result === null
-    ? null
-    : { band: row.result.band, hook_duration_sec: row.result.hook_duration_sec, category: row.result.category },
+  result: row.result === null ? null : toResult(row.result),
   error: row.error_type === null ? null : { type: row.error_type, message: row.error_message ?? "" }
 })
 

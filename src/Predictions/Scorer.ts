@@ -5,16 +5,21 @@
  * 1. ffprobe (JSON): container, streams and duration; a WebM written without a duration is
  *    measured by scanning its video packets. No video stream, or unreadable → unsupported_media;
  *    longer than CLIP_MAX_DURATION (180 s) → clip_too_long.
- * 2. One ffmpeg pass over the opening (SCORER_OPENING_WINDOW, 10 s): frames are downscaled to at
- *    most 360 lines and converted to planar RGB (`format=gbrp`) before the `select` filter's
- *    scene score, because on YUV input that score looks at luma only and a cut between two
- *    colours of equal brightness would go unseen. The first frame whose score passes
+ * 2. One ffmpeg pass over the opening (SCORER_OPENING_WINDOW, 10 s), decoded without the loop
+ *    filter: frames are downscaled to at most 360 lines, their luma change measured
+ *    (`signalstats`: motion), then converted to planar RGB (`format=gbrp`) before the `select`
+ *    filter's scene score, because on YUV input that score looks at luma only and a cut between
+ *    two colours of equal brightness would go unseen. The first frame whose score passes
  *    SCORER_CUT_THRESHOLD (0.3), later than SCORER_CUT_SKIP (0.2 s), is the first hard cut;
  *    `hook_duration_sec` is its time from the first frame (so a stream that starts late, as
  *    WebM with Opus pre-skip or MP4 edit lists do, is measured from its own start). A gradual
  *    change (cross-dissolve, fade) never scores that high in one frame, so it is not a cut.
- *    `signalstats` gives the luma change per frame (motion); `ebur128` the loudness.
+ *    `ebur128` gives the loudness. The same pass writes the few frames read for text
+ *    (TextFrames.ts).
  * 3. BandModel.ts maps the measurements to a band.
+ * 4. The on-screen hook: the frames are read (HookReader.ts, HookText.ts) and the line read is
+ *    looked up in the catalog (HookNeighbours.ts: similar hooks, and the category they agree on).
+ *    Best effort: nothing read, or a reader that fails, leaves hook_text null and scores as before.
  *
  * A hostile file costs bounded work: at most SCORER_MAX_FRAMES frames are analysed, each tool's
  * output is read as it streams and capped (SCORER_MAX_OUTPUT_BYTES; past it the tool is killed
@@ -22,10 +27,17 @@
  * ANALYSIS_TIMEOUT.
  */
 import { Context, Data, Duration, Effect, Layer, Schema } from "effect"
+import { join } from "node:path"
 import type { Band } from "./Domain.js"
-import { bandOf, type OpeningFeatures } from "./BandModel.js"
+import { bandOf } from "./BandModel.js"
 import { ScorerConfig } from "./Config.js"
+import { findNeighbours, type SimilarHook } from "./HookNeighbours.js"
+import { HookReader, type HookReaderApi } from "./HookReader.js"
+import { analyseOpening, parseFrameMetadata, parseIntegratedLoudness, parsePacketSpan, round3 } from "./OpeningAnalysis.js"
+import { textChain, withTextFrames } from "./TextFrames.js"
 import { locateTool, type ProcessResult, runProcess } from "./Tools.js"
+
+export { analyseOpening, parseFrameMetadata, parseIntegratedLoudness, parsePacketSpan } from "./OpeningAnalysis.js"
 
 export type ScoreFailureType = "unsupported_media" | "clip_too_long" | "analysis_failed"
 
@@ -41,8 +53,18 @@ export interface ClipScore {
   readonly hookDurationSec: number | null
   readonly durationSec: number | null
   readonly category: { readonly slug: string } | null
+  /** The on-screen hook; absent from a scorer that does not read text (as if nothing was read). */
+  readonly hook?: HookFindings
   /** What the band was computed from, kept with the result for support questions. */
   readonly features: Record<string, number | string | null>
+}
+
+/** What was read on screen in the opening, and the catalog hooks nearest to it. */
+export interface HookFindings {
+  readonly text: string | null
+  /** 0..1; null when nothing was read. */
+  readonly confidence: number | null
+  readonly similar: ReadonlyArray<SimilarHook>
 }
 
 export interface ClipScorerApi {
@@ -71,84 +93,6 @@ const ProbeOutput = Schema.Struct({
   }))
 })
 type ProbeOutput = typeof ProbeOutput.Type
-
-interface FrameSample {
-  readonly time: number
-  readonly scene: number
-  readonly lumaChange: number
-}
-
-/** `metadata=print` output: a `frame:N pts:P pts_time:T` line, then `key=value` lines. */
-export const parseFrameMetadata = (text: string): ReadonlyArray<FrameSample> => {
-  const frames: Array<{ time: number; scene: number; lumaChange: number }> = []
-  for (const line of text.split("\n")) {
-    const header = /^frame:\d+\s+pts:\S+\s+pts_time:(\S+)/.exec(line)
-    if (header !== null) {
-      frames.push({ time: Number(header[1]), scene: 0, lumaChange: 0 })
-      continue
-    }
-    const current = frames[frames.length - 1]
-    if (current === undefined) continue
-    if (line.startsWith("lavfi.scene_score=")) current.scene = Number(line.slice("lavfi.scene_score=".length))
-    else if (line.startsWith("lavfi.signalstats.YDIF=")) current.lumaChange = Number(line.slice("lavfi.signalstats.YDIF=".length))
-  }
-  return frames.filter((frame) => Number.isFinite(frame.time))
-}
-
-/** The integrated loudness from ebur128's summary, or null when absent. */
-export const parseIntegratedLoudness = (stderr: string): number | null => {
-  const summary = stderr.lastIndexOf("Summary:")
-  if (summary === -1) return null
-  const match = /I:\s+(-?[\d.]+|-inf)\s+LUFS/.exec(stderr.slice(summary))
-  if (match === null) return null
-  return match[1] === "-inf" ? -70 : Number(match[1])
-}
-
-/** Video packets' end time minus their start: the duration of a stream whose container does not state it. */
-export const parsePacketSpan = (csv: string): number | null => {
-  let first = Infinity
-  let last = -Infinity
-  for (const line of csv.split("\n")) {
-    const [pts, duration] = line.trim().split(",")
-    const start = Number(pts)
-    if (pts === undefined || pts === "" || !Number.isFinite(start)) continue
-    const length = Number(duration)
-    first = Math.min(first, start)
-    last = Math.max(last, start + (Number.isFinite(length) ? length : 0))
-  }
-  return Number.isFinite(first) && last > first ? last - first : null
-}
-
-const round3 = (value: number) => Math.round(value * 1000) / 1000
-
-export interface OpeningAnalysis extends OpeningFeatures {
-  readonly frames: number
-}
-
-/** The features of the opening, from the frames' scene scores and luma changes. */
-export const analyseOpening = (
-  frames: ReadonlyArray<FrameSample>,
-  loudnessLufs: number | null,
-  options: { readonly cutThreshold: number; readonly cutSkipSec: number }
-): OpeningAnalysis => {
-  const start = frames[0]?.time ?? 0
-  const cut = frames.find((frame) => frame.time - start > options.cutSkipSec && frame.scene > options.cutThreshold)
-  // Motion: consecutive frames within one shot, normalised to 30 fps so frame rate does not count.
-  let motionSum = 0
-  let motionFrames = 0
-  for (let i = 1; i < frames.length; i++) {
-    const step = frames[i].time - frames[i - 1].time
-    if (step <= 0 || frames[i].scene > options.cutThreshold) continue
-    motionSum += frames[i].lumaChange / (step * 30)
-    motionFrames++
-  }
-  return {
-    frames: frames.length,
-    hookDurationSec: cut === undefined ? null : round3(cut.time - start),
-    motion: motionFrames === 0 ? 0 : round3(motionSum / motionFrames),
-    loudnessLufs: loudnessLufs === null ? null : round3(loudnessLufs)
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -186,17 +130,45 @@ const measureDuration = (run: Run, path: string, tool: string, probed: ProbeOutp
     return packets.exitCode === 0 ? parsePacketSpan(packets.stdout) : null
   })
 
-/** One ffmpeg pass over the opening: the frames' scene scores and luma changes, and the loudness. */
-const analyse = (run: Run, ffmpeg: string, clip: string, streams: { video: number; audio: number | null }, config: ScorerConfig, durationSec: number) =>
+/**
+ * The opening's video chain. Each frame is downscaled (fast bilinear: the scores compare frames,
+ * they need no fine resampling), its luma change measured, then converted to planar RGB for the
+ * scene score, which on YUV input looks at luma only (a cut between two colours of equal
+ * brightness would go unseen).
+ */
+const measuringChain = "scale=w=-2:h='min(ih,360)':flags=fast_bilinear,signalstats,format=gbrp,select='gte(scene\\,0)'," +
+  "metadata=mode=print:file=-"
+
+/**
+ * One ffmpeg pass over the opening: the frames' scene scores and luma changes, the loudness, and
+ * (given `textFrames`, a directory) the frames to read for text, written there as PGM files.
+ * The loop filter is skipped while decoding: the measurements do not need it, and it is a
+ * quarter of the decoding time.
+ */
+const analyse = (
+  run: Run,
+  ffmpeg: string,
+  clip: string,
+  streams: { video: number; audio: number | null },
+  config: ScorerConfig,
+  durationSec: number,
+  textFrames: string | null
+) =>
   Effect.gen(function*() {
-    const videoChain = `[0:${streams.video}]scale=w=-2:h='min(ih,360)',format=gbrp,select='gte(scene\\,0)',` +
-      `scale,format=yuv420p,signalstats,metadata=mode=print:file=-[v]`
+    const videoChain = textFrames === null
+      ? `[0:${streams.video}]${measuringChain}[v]`
+      : `[0:${streams.video}]split[m][t];[m]${measuringChain}[v];[t]${textChain(config)}[text]`
     const graph = streams.audio === null ? videoChain : `${videoChain};[0:${streams.audio}]ebur128=framelog=verbose[a]`
     const analysed = yield* run(
       [
-        ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-t", String(Duration.toSeconds(config.openingWindow)), "-i", clip,
+        ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-skip_loop_filter", "all", "-flags2", "+fast",
+        "-t", String(Duration.toSeconds(config.openingWindow)), "-i", clip,
         "-filter_complex", graph, "-map", "[v]", "-frames:v", String(config.maxFrames), "-f", "null", "-",
-        ...(streams.audio === null ? [] : ["-map", "[a]", "-f", "null", "-"])
+        ...(streams.audio === null ? [] : ["-map", "[a]", "-f", "null", "-"]),
+        // vfr: the frames picked are written once each (a constant-rate output would repeat them to fill the gaps).
+        ...(textFrames === null
+          ? []
+          : ["-map", "[text]", "-vsync", "vfr", "-frames:v", String(config.textFrames), "-f", "image2", join(textFrames, "%d.pgm")])
       ],
       durationSec
     )
@@ -212,9 +184,24 @@ const analyse = (run: Run, ffmpeg: string, clip: string, streams: { video: numbe
     })
   })
 
+const nothingRead = { findings: { text: null, confidence: null, similar: [] }, category: null } as const
+
+/** The hook line on the frames and its neighbours in the catalog (HookNeighbours.ts has the category rule). */
+const readHook = (reader: HookReaderApi, frames: ReadonlyArray<Uint8Array>) =>
+  Effect.gen(function*() {
+    const reading = yield* reader.read(frames)
+    if (reading === null) return nothingRead
+    const neighbours = yield* findNeighbours(reading.text)
+    return {
+      findings: { text: reading.text, confidence: reading.confidence, similar: neighbours.similar },
+      category: neighbours.category
+    }
+  })
+
 /** The default scorer: ffprobe and ffmpeg on the clip's local file. */
 const make = Effect.gen(function*() {
   const config = yield* ScorerConfig
+  const reader = yield* HookReader
   const ffprobe = yield* locateTool(config.ffprobePath, "ffprobe")
   const ffmpeg = yield* locateTool(config.ffmpegPath, "ffmpeg")
   if (ffprobe === null || ffmpeg === null) {
@@ -256,12 +243,15 @@ const make = Effect.gen(function*() {
       }
       const audio = probed.streams.find((s) => s.codec_type === "audio")
       const streams = { video: video.index, audio: audio?.index ?? null }
-      const opening = yield* analyse(run, ffmpeg, clip.path, streams, config, round3(durationSec))
+      const { frames, result: opening } = yield* withTextFrames(reader.enabled, config.textFrames, (dir) =>
+        analyse(run, ffmpeg, clip.path, streams, config, round3(durationSec), dir))
+      const hook = yield* readHook(reader, frames)
       return {
         band: bandOf(opening),
         hookDurationSec: opening.hookDurationSec,
         durationSec: round3(durationSec),
-        category: null,
+        category: hook.category,
+        hook: hook.findings,
         features: {
           container: container.includes("webm") ? "webm" : "mp4/mov",
           video_codec: video.codec_name ?? null,
@@ -280,5 +270,6 @@ const make = Effect.gen(function*() {
 
 /** Swappable: a model service, or a test's fake, takes its place as another Layer. */
 export class ClipScorer extends Context.Service<ClipScorer, ClipScorerApi>()("hookline/ClipScorer") {
-  static readonly layer = Layer.effect(ClipScorer, make)
+  /** With its text reader (one OCR worker for the process, released with the layer). */
+  static readonly layer = Layer.effect(ClipScorer, make).pipe(Layer.provide(HookReader.layer))
 }

@@ -54,6 +54,8 @@ export const samplePrediction = (status: "succeeded" | "failed" = "succeeded"): 
   created_at: "2026-11-22T14:28:55.123Z",
   completed_at: "2026-11-22T14:29:10.456Z",
   input: { duration_sec: 21.5 },
-  result: status === "succeeded" ? { band: "medium", hook_duration_sec: 2.25, category: null } : null,
+  result: status === "succeeded"
+    ? { band: "medium", hook_duration_sec: 2.25, category: null, hook_text: null, hook_text_confidence: null, similar_hooks: [] }
+    : null,
   error: status === "failed" ? { type: "analysis_failed", message: "The clip could not be analysed." } : null
 })

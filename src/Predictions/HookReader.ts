@@ -1,0 +1,115 @@
+/**
+ * Reads the on-screen hook of a clip's opening with tesseract.js (OCR compiled to WebAssembly,
+ * in a worker thread) and the English model installed with `@tesseract.js-data/eng`: nothing is
+ * fetched at run time, and tesseract's cache goes to a temporary directory removed on shutdown.
+ *
+ * One OCR worker per process, started on the first clip and reused; clips take turns on it, and
+ * each clip's turn is capped by SCORER_TEXT_TIMEOUT. Reading is best effort: a worker that cannot
+ * start, a frame it cannot read or a turn out of time gives no text, never a failed job.
+ */
+import { Context, Effect, Layer, Option, Semaphore } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { createRequire } from "node:module"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { createWorker, OEM, PSM, type Worker } from "tesseract.js"
+import { ScorerConfig } from "./Config.js"
+import { type FrameReading, type HookReading, mergeReadings } from "./HookText.js"
+
+export interface HookReaderApi {
+  /** Whether text is read at all (SCORER_READ_TEXT). */
+  readonly enabled: boolean
+  /** The hook line on these frames (grey-scale image files, in time order), or null. */
+  readonly read: (frames: ReadonlyArray<Uint8Array>) => Effect.Effect<HookReading | null>
+}
+
+/** The installed English model (the integer LSTM one, which the LSTM engine reads fastest). */
+const englishModelPath = () =>
+  join(dirname(createRequire(import.meta.url).resolve("@tesseract.js-data/eng/package.json")), "4.0.0_best_int")
+
+/** Words and confidences of each line the engine found on one frame. */
+const linesOf = (page: Awaited<ReturnType<Worker["recognize"]>>["data"]): FrameReading =>
+  (page.blocks ?? []).flatMap((block) =>
+    block.paragraphs.flatMap((paragraph) =>
+      paragraph.lines.map((line) => line.words.map((word) => ({ text: word.text, confidence: word.confidence })))
+    )
+  )
+
+const startWorker = (cachePath: string) =>
+  Effect.tryPromise(async () => {
+    const worker = await createWorker("eng", OEM.LSTM_ONLY, {
+      langPath: englishModelPath(),
+      cachePath,
+      gzip: true,
+      errorHandler: () => {}
+    })
+    // Captions are a few short lines anywhere on the frame: sparse text finds them without a page layout.
+    // The frames carry no resolution; stating one keeps the engine from guessing it (and saying so on stderr).
+    await worker.setParameters({ tessedit_pageseg_mode: PSM.SPARSE_TEXT, user_defined_dpi: "300" })
+    return worker
+  })
+
+const make = Effect.gen(function*() {
+  const config = yield* ScorerConfig
+  if (!config.readText) return { enabled: false, read: () => Effect.succeed(null) } satisfies HookReaderApi
+
+  const cachePath = mkdtempSync(join(tmpdir(), "hookline-ocr-"))
+  let running: Worker | undefined
+  yield* Effect.addFinalizer(() =>
+    Effect.promise(async () => {
+      await running?.terminate().catch(() => undefined)
+      rmSync(cachePath, { recursive: true, force: true })
+    })
+  )
+  /** The worker, started by the first caller and kept; None when it could not start (logged once). */
+  const started = yield* Effect.cached(
+    startWorker(cachePath).pipe(
+      Effect.map((worker) => {
+        running = worker
+        return Option.some(worker)
+      }),
+      Effect.catch((error) =>
+        Effect.logWarning("the text reader could not start; clips score without hook text").pipe(
+          Effect.annotateLogs("error", String(error.cause)),
+          Effect.as(Option.none<Worker>())
+        )
+      )
+    )
+  )
+  const turn = yield* Semaphore.make(1)
+
+  const readFrames = (ocr: Worker, frames: ReadonlyArray<Uint8Array>) =>
+    Effect.forEach(frames, (frame) =>
+      Effect.tryPromise(() => ocr.recognize(Buffer.from(frame), {}, { blocks: true, text: false })).pipe(
+        Effect.map((result) => linesOf(result.data))
+      ))
+
+  const read = (frames: ReadonlyArray<Uint8Array>): Effect.Effect<HookReading | null> =>
+    frames.length === 0
+      ? Effect.succeed(null)
+      : Effect.flatMap(started, Option.match({
+        onNone: () => Effect.succeed(null),
+        onSome: (ocr) =>
+          readFrames(ocr, frames).pipe(
+            Effect.timeoutOption(config.textTimeout),
+            turn.withPermits(1),
+            Effect.map(Option.match({
+              onNone: () => null,
+              onSome: (readings) => mergeReadings(readings, config.textMinConfidence)
+            })),
+            Effect.catch((error) =>
+              Effect.logWarning("the text reader failed on a clip").pipe(
+                Effect.annotateLogs("error", String(error.cause)),
+                Effect.as(null)
+              )
+            ),
+            Effect.withSpan("HookReader.read")
+          )
+      }))
+
+  return { enabled: true, read } satisfies HookReaderApi
+})
+
+export class HookReader extends Context.Service<HookReader, HookReaderApi>()("hookline/HookReader") {
+  static readonly layer = Layer.effect(HookReader, make)
+}

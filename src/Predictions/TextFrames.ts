@@ -1,0 +1,38 @@
+/**
+ * The frames of a clip's opening that are read for on-screen text: which ones, how they are
+ * prepared (an ffmpeg filter chain in the scorer's one pass), and where they are kept meanwhile.
+ */
+import { Duration, Effect } from "effect"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import type { ScorerConfig } from "./Config.js"
+
+/**
+ * The frames read for text: from SCORER_TEXT_FIRST_FRAME, one every SCORER_TEXT_FRAME_SPACING,
+ * the shorter side scaled down to SCORER_TEXT_FRAME_SIZE, and made black ink (luma at least
+ * SCORER_TEXT_INK_LUMA: a white caption) on white, which the OCR engine reads best; a busy
+ * background turns white with it.
+ */
+export const textChain = (config: ScorerConfig) => {
+  const first = Duration.toSeconds(config.textFirstFrame)
+  const spacing = Duration.toSeconds(config.textFrameSpacing)
+  const factor = `min(1\\,${config.textFrameSize}/min(iw\\,ih))`
+  return `select='gte(t\\,${first})*(isnan(prev_selected_t)+gte(t-prev_selected_t\\,${spacing}))',` +
+    `scale=w='trunc(iw*${factor}/2)*2':h='trunc(ih*${factor}/2)*2':flags=area,format=gray,` +
+    `lut=y='if(gte(val\\,${config.textInkLuma})\\,0\\,255)'`
+}
+
+/** Runs `use` with a fresh directory for the frames to read (null when text is not read), then reads them and removes it. */
+export const withTextFrames = <A, E>(enabled: boolean, maxFrames: number, use: (dir: string | null) => Effect.Effect<A, E>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => (enabled ? mkdtempSync(join(tmpdir(), "hookline-frames-")) : null)),
+    (dir) =>
+      Effect.flatMap(use(dir), (result) =>
+        Effect.sync(() => {
+          if (dir === null) return { result, frames: [] }
+          const names = readdirSync(dir).filter((name) => /^\d+\.pgm$/.test(name)).sort((a, b) => parseInt(a) - parseInt(b))
+          return { result, frames: names.slice(0, maxFrames).map((name) => readFileSync(join(dir, name))) }
+        })),
+    (dir) => Effect.sync(() => dir === null || rmSync(dir, { recursive: true, force: true }))
+  )
