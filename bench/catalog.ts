@@ -226,7 +226,7 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
           (await pool.query(searchPageSql, [query, after?.[0] ?? null, after?.[1] ?? null, after?.[2] ?? null, pageSize + 1, 10_000])).rows), (row) => [row.k1, Number(row.k2), row.id])
     },
     // The straightforward ranked search: every match scored with ts_rank, ties by newest then id,
-    // no cache, the same metering. What "search at 1M" is measured against (issue 13).
+    // no cache, the same metering. What "search at 1M" is measured against.
     "GET /naive/hooks/search": async (request, url) => {
       const caller = await authenticate(request, url, "hooks:read")
       if (caller instanceof Response) return caller

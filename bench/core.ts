@@ -5,7 +5,7 @@
  *
  * The framework-floor row puts a number on the part Hookline cannot remove: a minimal HttpApi
  * on the same stack (bench/support/floor.ts, no database) against a bare Bun.serve. Hookline's
- * wallet CPU per request is read against the floor's (issue 13 aims at ≤ 2×).
+ * wallet CPU per request is read against the floor's (the goal is at most 2×).
  */
 import type { HttpRequestSpec } from "./support/load.js"
 import { createAccounts, freshDatabase, startBaseline, startFloor, startHookline } from "./support/processes.js"

@@ -1,5 +1,5 @@
 /**
- * Issue 16 measurements, on scratch databases (run alone: `bun bench/usage.ts [hot|summary]`):
+ * Usage-summary and alert-trigger measurements, on scratch databases (run alone: `bun bench/usage.ts [hot|summary]`):
  *
  * - hot: the Ledger's reserve + settle statements (bench/support/baseline.ts, verbatim) in a
  *   closed loop, with and without migration 0007's wallet triggers and its journal index, the

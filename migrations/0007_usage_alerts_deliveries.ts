@@ -2,7 +2,7 @@ import { Effect } from "effect"
 import { runScript } from "./statements.js"
 
 /**
- * Issue 16: customers see and steer their spending and their deliveries.
+ * Customers see and steer their spending and their deliveries.
  * - webhooks: event selection (`events`, NULL = all) and endpoint health (`failing_since`,
  *   `disabled_reason`, `disabled_at`);
  * - webhook_deliveries: the delivery log's indexes (newest first per account, optionally by

@@ -2,7 +2,7 @@ import { Effect } from "effect"
 import { runScript } from "./statements.js"
 
 /**
- * Issue 14, items 10 and 11, and a dead branch of search.
+ * The credit history without walking free holds, monthly credits held across a period, and a dead branch of search.
  *
  * - `holds.period_end`: the wallet's `monthly_period_end` when the hold was opened. A hold
  *   resolved after the wallet moved to another period (a rollover or a plan change) does not

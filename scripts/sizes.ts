@@ -1,5 +1,5 @@
 /**
- * The house rule of issue 15: no file in src/ over 300 lines, no function over 80. Prints each
+ * The house rule: no file in src/ over 300 lines, no function over 80. Prints each
  * offender and exits 1 when there is one; `.ci/run` runs it before the tests.
  *
  *   bun scripts/sizes.ts

@@ -20,6 +20,7 @@ import { MetricsListenerLive } from "./Observability/MetricsEndpoint.js"
 import { Sampling } from "./Observability/Sampling.js"
 import { TracingLive } from "./Observability/Tracing.js"
 import { BlobStore } from "./Predictions/BlobStore.js"
+import { PredictionGaugesLive } from "./Predictions/Gauges.js"
 import { PredictionJobs } from "./Predictions/Jobs.js"
 import { PredictionsSweeperLive } from "./Predictions/Sweeper.js"
 import { PredictionUploads } from "./Predictions/Uploads.js"
@@ -31,6 +32,7 @@ import * as Server from "./System/Server.js"
 import { DrainOnShutdownLive, type ShutdownGate } from "./System/Shutdown.js"
 import { DeliverySweeperLive, WebhookDeliveries } from "./Webhooks/Deliveries.js"
 import { DispatcherLive } from "./Webhooks/Dispatcher.js"
+import { WebhookGaugesLive } from "./Webhooks/Gauges.js"
 import { Webhooks } from "./Webhooks/Webhooks.js"
 
 /** Domain services, each needing only the database and configuration. */
@@ -46,7 +48,8 @@ export const ServicesLive = Layer.mergeAll(
   Webhooks.layer,
   WebhookDeliveries.layer,
   RateLimits.layer,
-  Metrics.layer,
+  // Each room registers the gauges of its own tables with the one Metrics service.
+  Layer.mergeAll(PredictionGaugesLive, WebhookGaugesLive).pipe(Layer.provideMerge(Metrics.layer)),
   Sampling.layer,
   BlobStore.layer,
   WorkSignal.layer,

@@ -87,6 +87,12 @@ const failure = (cause: unknown, message: string) =>
 export const embeddedDatabase = (dataDir: string, maxConnections: number) =>
   Effect.gen(function*() {
     yield* acquireLock(dataDir)
+    // The first start is the slow one (initdb, then the migrations): say so before it begins.
+    yield* Effect.logInfo(
+      existsSync(join(dataDir, "pgdata"))
+        ? `opening the embedded database in ${dataDir}`
+        : `creating the embedded database in ${dataDir} (first start: PostgreSQL is initialised and migrated, a few seconds, longer on a busy machine)`
+    )
     const pglite = yield* Effect.acquireRelease(
       Effect.tryPromise({
         // pg_trgm bounds the search's substring fallback (migrations/0006_substring_search.ts).

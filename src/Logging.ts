@@ -7,7 +7,7 @@
  * annotation is also scrubbed of anything shaped like a Hookline credential, in every format
  * and in the log events recorded on spans.
  */
-import { Config, Effect, type Fiber, Formatter, Layer, Logger, type LogLevel, References, Schema, SchemaIssue } from "effect"
+import { Cause, Config, Effect, type Fiber, Formatter, Layer, Logger, type LogLevel, References, Schema, SchemaIssue } from "effect"
 import { RequestId } from "./Errors.js"
 
 const levels: Record<string, LogLevel.LogLevel> = {
@@ -92,6 +92,27 @@ export const jsonLogger: Logger.Logger<unknown, string> = Logger.map(
     Formatter.formatJson({ message, logLevel: level, timestamp, cause, annotations, spans, fiberId })
 )
 
+const twoDigits = (n: number) => String(n).padStart(2, "0")
+
+/** A value as the terminal line shows it: plain when it has no space, JSON otherwise. */
+const terminalValue = (value: unknown): string =>
+  typeof value === "string" && /^[^\s"=]+$/.test(value) ? value : Formatter.formatJson(value)
+
+/**
+ * The terminal's format (LOG_FORMAT=pretty): one line an entry, local time, level, message and
+ * `key=value` annotations, so the access log takes one line a request and the start-up banner
+ * stays on screen; a cause follows on its own lines.
+ */
+export const terminalLogger: Logger.Logger<unknown, string> = Logger.make(({ cause, date, fiber, logLevel, message }) => {
+  const time = `${twoDigits(date.getHours())}:${twoDigits(date.getMinutes())}:${twoDigits(date.getSeconds())}.${
+    String(date.getMilliseconds()).padStart(3, "0")
+  }`
+  const texts = (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : Formatter.formatJson(part)))
+  const annotations = Object.entries(fiber.getRef(References.CurrentLogAnnotations)).map(([key, value]) => `${key}=${terminalValue(value)}`)
+  const line = [`[${time}]`, logLevel.toUpperCase(), ...texts, ...annotations].join(" ")
+  return cause.reasons.length > 0 ? `${line}\n${Cause.pretty(cause)}` : line
+})
+
 export const LogFormatConfig = Config.Literals(["json", "pretty", "logfmt"], "LOG_FORMAT").pipe(
   Config.withDefault("pretty" as const)
 )
@@ -105,7 +126,7 @@ export const LoggingLive = Layer.unwrap(
       ? Logger.withConsoleLog(Logger.map(jsonLogger, redactCredentials))
       : format === "logfmt"
       ? Logger.withConsoleLog(Logger.map(Logger.formatLogFmt, redactCredentials))
-      : Logger.consolePretty()
+      : Logger.withConsoleLog(Logger.map(terminalLogger, redactCredentials))
     return Layer.mergeAll(
       Logger.layer([redacting(withRequestId(logger)), redacting(Logger.tracerLogger)]),
       Layer.succeed(References.MinimumLogLevel, level)

@@ -1,6 +1,8 @@
 /**
  * What every repository shares: its boundary, and the clock its statements are given. SQL and
  * decoding failures are defects at the boundary, and each method has its span in a traced fiber.
+ * Every repository builds its methods as plain statements and hands them to `atRepoBoundary`
+ * once; a repository's `test` layer (where it has one) offers the same methods in memory.
  */
 import { Clock, Effect } from "effect"
 import { traced } from "./Observability/Tracing.js"
@@ -26,11 +28,6 @@ export const atRepoBoundary = <T extends Record<string, (...args: never) => Effe
   }
   return bounded as AtBoundary<T>
 }
-
-/** One statement at the boundary of `repo`, for repositories that wrap their statements one by one. */
-export const statementAtBoundary = (repo: string) =>
-<I, A, E, R>(name: string, statement: (input: I) => Effect.Effect<A, E, R>) =>
-(input: I): Effect.Effect<A, never, R> => statement(input).pipe(Effect.orDie, traced(`${repo}.${name}`))
 
 /** The current time, from Effect's Clock (a TestClock in tests): every timeout is measured on it. */
 export const currentDate = Effect.map(Clock.currentTimeMillis, (millis) => new Date(millis))

@@ -40,5 +40,27 @@ export const PageLimit = Schema.String.annotate({ description: "Page size, 1 to 
   )
 )
 
+const calendarFields = /^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:Z|[+-](\d{2}):?(\d{2}))?)?$/i
+
+/**
+ * Whether an ISO 8601 date or date-time names a moment that exists: month 1–12, a day its month
+ * has (2026-02-30 does not), hours to 23, minutes and seconds to 59, an offset within a day.
+ * `Date` would read such a value by rolling it over (2026-02-30 as 2026-03-02).
+ */
+export const existsOnCalendar = (value: string): boolean => {
+  const fields = calendarFields.exec(value)
+  if (fields === null) return false
+  const [year, month, day, hour, minute, second, offsetHours, offsetMinutes] = fields.slice(1).map((field) =>
+    field === undefined ? 0 : Number(field)
+  )
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0)
+  const daysInMonth = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1] ?? 0
+  return month >= 1 && month <= 12 && day >= 1 && day <= daysInMonth && hour <= 23 && minute <= 59 && second <= 59 &&
+    offsetHours <= 23 && offsetMinutes <= 59
+}
+
+/** The message of a date or date-time that has the right form but names no moment on the calendar. */
+export const notOnCalendar = "must be a date that exists on the calendar (e.g. February has no 30th), with a time up to 23:59:59"
+
 export const toTimestamp = (date: Date): string => date.toISOString()
 export const toNullableTimestamp = (date: Date | null): string | null => (date === null ? null : date.toISOString())

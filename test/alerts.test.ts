@@ -1,5 +1,5 @@
 /**
- * Issue 16, low-balance alerts: wallet.low_balance once per crossing below the threshold,
+ * Low-balance alerts: wallet.low_balance once per crossing below the threshold,
  * written with the debit that crossed it; wallet.depleted on the first 402 since credits were
  * granted; both re-armed by a grant or a new period. Debits are driven through the Ledger
  * service on the server's database, as the metered routes drive them.

@@ -15,7 +15,7 @@ import { type OpenApiDocument, startTestServer, type TestServer, type WalletBody
 
 const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
 
-/** Every route of the contract (spec 4.1) plus the upload PUT. */
+/** Every route of the contract plus the upload PUT. */
 const contractRoutes = [
   "GET /v1/wallet",
   "GET /v1/hooks/categories",

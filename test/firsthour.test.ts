@@ -1,5 +1,5 @@
 /**
- * The first hour with Hookline (issue 17): what a newcomer following the README does, from
+ * The first hour with Hookline: what a newcomer following the README does, from
  * `npm start` to stopping it. Stopping `npm start` by its PID; the start-up banner with
  * SEED_DEMO=false; a local webhook receiver; the tour's paging query; the reference
  * (/openapi.json, /docs); the admin CLI away from its data; and the messages of common mistakes.
@@ -273,7 +273,7 @@ describe("messages of common mistakes", () => {
     expect((await walletOf(strict, key)).monthly_balance).toBe(100)
     const accepted = await fetch(uploadUrl, { method: "PUT", body: clip })
     expect(accepted.status).toBe(200)
-    expect(await accepted.json()).toEqual({ object: "upload", upload_id: link.upload_id, status: "received" })
+    expect(await accepted.json()).toEqual({ object: "upload", upload_id: link.upload_id, prediction_id: link.prediction_id, status: "received" })
   })
 
   test("a POST to an upload link: 404 suggesting PUT, without echoing the token", async () => {
@@ -310,5 +310,72 @@ describe("the admin CLI", () => {
     } finally {
       rmSync(cwd, { recursive: true, force: true })
     }
+  })
+})
+
+/** Reads a process's stdout until `pattern` matches a line; fails loudly after `timeoutMs`. */
+const lineMatching = async (stream: ReadableStream<Uint8Array>, pattern: RegExp, timeoutMs = 20_000): Promise<string> => {
+  const reader = stream.getReader()
+  const deadline = setTimeout(() => void reader.cancel(`no line matching ${pattern} within ${timeoutMs} ms`), timeoutMs)
+  let text = ""
+  try {
+    for (;;) {
+      const line = text.split("\n").find((candidate) => pattern.test(candidate))
+      if (line !== undefined) return line
+      const { value, done } = await reader.read()
+      if (done) throw new Error(`no line matching ${pattern} in:\n${text}`)
+      text += new TextDecoder().decode(value)
+    }
+  } finally {
+    clearTimeout(deadline)
+    reader.releaseLock()
+  }
+}
+
+describe("the terminal during the first hour", () => {
+  test("the first start says it is creating the database, the access log is one line a request, a taken port names PORT", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "hookline-terminal-"))
+    const otherDataDir = mkdtempSync(join(tmpdir(), "hookline-taken-"))
+    const port = freePort()
+    const env = { ...embeddedEnvironment(dataDir, port, 50), LOG_LEVEL: "Info" }
+    try {
+      const { child, output } = await startUntilBanner(env)
+      const creating = output.indexOf(`creating the embedded database in ${dataDir} (first start`)
+      expect(creating).toBeGreaterThanOrEqual(0)
+      expect(creating).toBeLessThan(output.indexOf("Hookline is running"))
+      const key = /demo API key: +(\S+)/.exec(output)![1]
+
+      const wallet = await fetch(`http://127.0.0.1:${port}/v1/wallet`, { headers: { authorization: `Bearer ${key}` } })
+      expect(wallet.status).toBe(200)
+      const requestId = wallet.headers.get("x-request-id")!
+      const accessLine = await lineMatching(child.stdout, /route=\/v1\/wallet/)
+      expect(accessLine).toMatch(
+        new RegExp(`^\\[\\d\\d:\\d\\d:\\d\\d\\.\\d{3}\\] INFO request method=GET route=/v1/wallet path=/v1/wallet status=200 duration_ms=[\\d.]+ request_id=${requestId}$`)
+      )
+
+      const taken = Bun.spawnSync([bun, "src/main.ts"], { cwd: root, env: { ...env, DATA_DIR: otherDataDir } })
+      expect(taken.exitCode).toBe(1)
+      const printed = taken.stdout.toString() + taken.stderr.toString()
+      expect(printed).toContain(`Port ${port} is in use`)
+      expect(printed).toContain(`choose another port with PORT, e.g. PORT=${port + 1} npm start`)
+
+      child.kill("SIGTERM")
+      expect(await child.exited).toBe(0)
+      const again = await startUntilBanner(env)
+      expect(again.output).toContain(`opening the embedded database in ${dataDir}`)
+      expect(again.output).not.toContain("creating the embedded database")
+      again.child.kill("SIGTERM")
+      expect(await again.child.exited).toBe(0)
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true })
+      rmSync(otherDataDir, { recursive: true, force: true })
+    }
+  }, 120_000)
+
+  test("an unknown query parameter is refused with the parameters the endpoint takes", async () => {
+    const { key } = await strict.account()
+    const response = await strict.request("/v1/hooks/search?query=x", { key })
+    expectEnvelope(response, 422, "validation_error")
+    expect(messageOf(response)).toBe("query: is not an allowed property (allowed: q, cursor)")
   })
 })

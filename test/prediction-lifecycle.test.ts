@@ -158,7 +158,7 @@ describe("the prediction lifecycle, services alone", () => {
     const { caller, link } = await run(Effect.gen(function*() {
       const { caller, link, put } = yield* linkFor(100)
       const receipt = yield* put(clip("a fine clip"))
-      expect(receipt).toEqual({ object: "upload", upload_id: link.upload_id, status: "received" })
+      expect(receipt).toEqual({ object: "upload", upload_id: link.upload_id, prediction_id: link.prediction_id, status: "received" })
       expect(yield* statusOf(link.prediction_id)).toEqual(Option.some("queued"))
       return { caller, link }
     }))

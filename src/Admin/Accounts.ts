@@ -1,12 +1,19 @@
-/** Accounts as operators manage them: creation, plan changes and suspension. */
+/**
+ * Accounts as operators manage them: creation, plan changes and suspension, and every admin call
+ * on one account's keys, credits and history, each after checking the account exists (404).
+ */
 import { Context, Effect, Layer, Option } from "effect"
 import { SqlClient } from "effect/sql"
-import type { Plan } from "../Auth/Domain.js"
+import { Auth } from "../Auth/Auth.js"
+import type { Plan, Scope } from "../Auth/Domain.js"
 import { grantFor, hasApiAccess, planRules } from "../Auth/Plans.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
-import { walletOf } from "../Ledger/Api.js"
+import { type TransactionParams, type UsageParams, walletOf } from "../Ledger/Api.js"
+import type { Bucket } from "../Ledger/Domain.js"
+import { CreditHistory } from "../Ledger/History.js"
 import { Ledger } from "../Ledger/Ledger.js"
+import { Usage } from "../Ledger/Usage.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
 import type { Account, CreateAccount, UpdateAccount } from "./Api.js"
 import { AccountsRepo } from "./Repo.js"
@@ -18,6 +25,30 @@ const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
       message: `monthly_grant: plan ${plan} grants ${planRules[plan].monthlyGrant} credits a month; only invite, complimentary and custom arrangements set their own.`
     })
     : Effect.void
+
+/** An account's keys, credits and reports, for the admin API: each answers 404 for an unknown account. */
+const perAccount = (findRow: (id: string, lock: boolean) => Effect.Effect<unknown, NotFound>) =>
+  Effect.gen(function*() {
+    const auth = yield* Auth
+    const ledger = yield* Ledger
+    const history = yield* CreditHistory
+    const usage = yield* Usage
+    const mustExist = (id: string) => Effect.asVoid(findRow(id, false))
+    return {
+      createKey: (id: string, scopes: ReadonlyArray<Scope> | undefined) =>
+        mustExist(id).pipe(Effect.andThen(Effect.orDie(auth.createKey(id, scopes)))),
+      grant: (id: string, grant: {
+        readonly bucket: Bucket
+        readonly amount: number
+        readonly reason: string | null
+        readonly referenceId: string | null
+        readonly requestId: string
+      }) => mustExist(id).pipe(Effect.andThen(ledger.grant(id, grant.bucket, grant.amount, grant)), Effect.map(walletOf)),
+      transactions: (id: string, query: TransactionParams) =>
+        mustExist(id).pipe(Effect.andThen(history.list(id, query, "admin.transactions"))),
+      usage: (id: string, query: UsageParams) => mustExist(id).pipe(Effect.andThen(usage.summarise(id, query)))
+    }
+  })
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -87,12 +118,12 @@ const make = Effect.gen(function*() {
       return yield* get(id)
     })
 
-  return { get, create, update } as const
+  return { get, create, update, ...(yield* perAccount(findRow)) } as const
 })
 
 export class Accounts extends Context.Service<Accounts, Effect.Success<typeof make>>()("hookline/Accounts") {
   static readonly layerWithoutDependencies = Layer.effect(Accounts, make)
   static readonly layer = Accounts.layerWithoutDependencies.pipe(
-    Layer.provide([AccountsRepo.layer, Ledger.layer, Webhooks.layer])
+    Layer.provide([AccountsRepo.layer, Ledger.layer, Webhooks.layer, Auth.layer, CreditHistory.layer, Usage.layer])
   )
 }

@@ -10,7 +10,7 @@ import {
 } from "effect/http-api"
 import { Plan, Scope } from "../Auth/Api.js"
 import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire, RateLimitExceededWire } from "../Errors.js"
-import { HookCategoryList } from "../Hooks/Api.js"
+import { HookCategoryList, ImportResult } from "../Hooks/Api.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
 import {
   CreditTransactionList,
@@ -115,16 +115,8 @@ export const CategoryInput = Schema.Struct({
 })
 export const PutCategories = Schema.Array(CategoryInput).annotate({ identifier: "PutCategories" })
 
-export const ImportResult = Schema.Struct({
-  object: Schema.Literal("import_result"),
-  inserted: Schema.Int,
-  updated: Schema.Int,
-  rejected_count: Schema.Int.annotate({ description: "Every record rejected." }),
-  rejected: Schema.Array(Schema.Struct({ index: Schema.Int, message: Schema.String })).annotate({
-    description: "The first 1,000 rejected records: index is the 1-based line number for NDJSON, the 0-based array position for a JSON array."
-  })
-}).annotate({ identifier: "ImportResult" })
-export type ImportResult = typeof ImportResult.Type
+// The import's answer is the Hooks room's; the admin contract shows it.
+export { ImportResult } from "../Hooks/Api.js"
 
 /**
  * The admin token check (Http.ts). It provides nothing: a request either carries the token or

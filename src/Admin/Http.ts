@@ -10,10 +10,6 @@ import { InvalidApiKey, NotFound, RequestId } from "../Errors.js"
 import { HookCatalog } from "../Hooks/HookCatalog.js"
 import { importHooksFromRequest } from "../Hooks/Import.js"
 import { idempotent } from "../Idempotency/Http.js"
-import { walletOf } from "../Ledger/Api.js"
-import { CreditHistory } from "../Ledger/History.js"
-import { Ledger } from "../Ledger/Ledger.js"
-import { Usage } from "../Ledger/Usage.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { sameSecret } from "../Ids.js"
 import { Accounts } from "./Accounts.js"
@@ -50,16 +46,12 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
   Effect.gen(function*() {
     const accounts = yield* Accounts
     const auth = yield* Auth
-    const ledger = yield* Ledger
     const catalog = yield* HookCatalog
-    const history = yield* CreditHistory
-    const usage = yield* Usage
     return handlers
       .handle("createAccount", ({ payload }) => idempotent(accounts.create(payload), payload))
       .handle("getAccount", ({ params }) => accounts.get(params.id))
       .handle("updateAccount", ({ params, payload }) => accounts.update(params.id, payload))
-      .handle("createKey", ({ params, payload }) =>
-        idempotent(accounts.get(params.id).pipe(Effect.andThen(Effect.orDie(auth.createKey(params.id, payload.scopes)))), payload))
+      .handle("createKey", ({ params, payload }) => idempotent(accounts.createKey(params.id, payload.scopes), payload))
       .handle("revokeKey", ({ params }) =>
         auth.revokeKey(params.id).pipe(
           Effect.orDie,
@@ -71,22 +63,18 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
         ))
       .handle("grantCredits", ({ params, payload }) =>
         idempotent(
-          Effect.gen(function*() {
-            yield* accounts.get(params.id)
-            const wallet = yield* ledger.grant(params.id, payload.bucket, payload.amount, {
+          Effect.flatMap(RequestId, (requestId) =>
+            accounts.grant(params.id, {
+              bucket: payload.bucket,
+              amount: payload.amount,
               reason: payload.reason ?? null,
               referenceId: payload.reference ?? null,
-              requestId: yield* RequestId
-            })
-            return walletOf(wallet)
-          }),
+              requestId
+            })),
           payload
         ))
-      .handle("listTransactions", ({ params, query }) =>
-        // Reading the account (and its wallet) applies a rollover that is due, so it is listed.
-        accounts.get(params.id).pipe(Effect.andThen(history.list(params.id, query, "admin.transactions"))))
-      .handle("accountUsage", ({ params, query }) =>
-        accounts.get(params.id).pipe(Effect.andThen(usage.summarise(params.id, query))))
+      .handle("listTransactions", ({ params, query }) => accounts.transactions(params.id, query))
+      .handle("accountUsage", ({ params, query }) => accounts.usage(params.id, query))
       .handle("putCategories", ({ payload }) => catalog.putCategories(payload))
       .handle("importHooks", () => importHooksFromRequest)
   })

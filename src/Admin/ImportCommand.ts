@@ -12,7 +12,7 @@
 import { Effect } from "effect"
 import { demoHook } from "../Hooks/DemoData.js"
 import { formatOfFile, maxReportedRejections } from "../Hooks/Import.js"
-import type { ImportResult } from "./Api.js"
+import type { ImportResult } from "../Hooks/Api.js"
 import { type ProgressOutput, ProgressReporter } from "./ImportProgress.js"
 import {
   type AdminEndpoint,

@@ -2,7 +2,7 @@
  * The requests of `catalog import`: one NDJSON chunk per POST /admin/catalog/hooks, retried on
  * network failures and 5xx answers, its body completed only once the request before it committed.
  */
-import type { ImportResult } from "./Api.js"
+import type { ImportResult } from "../Hooks/Api.js"
 
 export interface AdminEndpoint {
   readonly baseUrl: string

@@ -2,6 +2,7 @@
 import { Effect, Schema } from "effect"
 import type { HooklineClient } from "../client.js"
 import { UsageGroupBy } from "../Ledger/Api.js"
+import { existsOnCalendar } from "../Schemas.js"
 
 export const usageHelp = "  usage <account_id> [--from DATE] [--to DATE] [--group-by day|operation]"
 
@@ -14,7 +15,9 @@ export const usageOptions = {
 const date = (name: string, value: string | undefined) => {
   if (value === undefined) return Effect.succeed(undefined)
   const parsed = new Date(value)
-  return Number.isNaN(parsed.getTime()) ? Effect.die(new Error(`--${name} must be an ISO 8601 date`)) : Effect.succeed(parsed)
+  // An ISO date that names no day (2026-02-30) is refused, not rolled over into the next month.
+  const impossible = /^\d{4}-\d{2}-\d{2}/.test(value) && !existsOnCalendar(value)
+  return Number.isNaN(parsed.getTime()) || impossible ? Effect.die(new Error(`--${name} must be an ISO 8601 date`)) : Effect.succeed(parsed)
 }
 
 export const usageCommand = (

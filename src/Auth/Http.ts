@@ -1,5 +1,5 @@
 /**
- * The bearer middleware, in the order decisions.md fixes: a key in the query → 401; missing,
+ * The bearer middleware, in the order docs/behaviour.md fixes: a key in the query → 401; missing,
  * malformed, unknown or revoked bearer key → 401; suspended → 403 account_suspended; no API
  * access or missing scope → 403 api_not_enabled; then the rate limit → 429. Input validation
  * and credit reserves come after, in the endpoint (the middleware wraps the decoding).

@@ -1,4 +1,4 @@
-/** What each plan gives (decisions.md, "Accounts, plans, scopes"). */
+/** What each plan gives (docs/behaviour.md, "Plans and scopes"). */
 import type { Plan } from "./Domain.js"
 
 export interface PlanRule {

@@ -1,8 +1,9 @@
-/** The hook catalog contract (spec 2.3–2.6, 4.3–4.6). */
+/** The hook catalog contract: categories, search, list and one hook. */
 import { Schema } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InsufficientCreditsWire, InvalidCursorWire, SearchTimedOutWire } from "../Errors.js"
+import { hookPrice, pagePriceText } from "../Ledger/Prices.js"
 import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
 
 export const HookId = Schema.String.annotate({ description: "`hook_` followed by 32 hexadecimal characters." }).check(
@@ -76,8 +77,20 @@ export type HookRich = typeof HookRich.Type
 export const HookList = ListOf(HookLean, "HookList")
 export type HookList = typeof HookList.Type
 
-/** The longest q (spec 8.2), in characters. */
+/** The longest q, in characters (docs/behaviour.md, "Catalog search"). */
 export const maxQueryCharacters = 200
+
+/** The answer of an import (POST /admin/catalog/hooks): the Hooks room's, shown by the admin API. */
+export const ImportResult = Schema.Struct({
+  object: Schema.Literal("import_result"),
+  inserted: Schema.Int,
+  updated: Schema.Int,
+  rejected_count: Schema.Int.annotate({ description: "Every record rejected." }),
+  rejected: Schema.Array(Schema.Struct({ index: Schema.Int, message: Schema.String })).annotate({
+    description: "The first 1,000 rejected records: index is the 1-based line number for NDJSON, the 0-based array position for a JSON array."
+  })
+}).annotate({ identifier: "ImportResult" })
+export type ImportResult = typeof ImportResult.Type
 
 export const SearchParams = Schema.Struct({
   q: Schema.String.annotate({ description: "Words matched against hook text, 1 to 200 characters." }).check(
@@ -118,7 +131,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
         "Full-text search over hook text (English stemming; every word of q must appear), ranked by relevance " +
           "(PostgreSQL ts_rank), ties by newest published_at then id (descending). A q with no searchable word " +
           "(only stop words, punctuation or emoji) matches hooks whose text contains it, case-insensitively, newest first. " +
-          "Reserves 2 credits and settles ceil(rows / 25); an empty page costs 0. A search that runs too long is " +
+          `${pagePriceText} A search that runs too long is ` +
           "answered 503 and costs nothing. Needs hooks:read."
       )
   )
@@ -133,7 +146,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
       .annotate(OpenApi.Summary, "List a category's hooks")
       .annotate(
         OpenApi.Description,
-        "One category, newest first. Reserves 2 credits and settles ceil(rows / 25); an empty page costs 0. A list that " +
+        `One category, newest first. ${pagePriceText} A list that ` +
           "runs too long is answered 503 and costs nothing. Needs hooks:read."
       )
   )
@@ -146,7 +159,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
     })
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "Get a hook")
-      .annotate(OpenApi.Description, "The full hook. Costs 1 credit. A malformed or unknown id is 404. Needs hooks:read.")
+      .annotate(OpenApi.Description, `The full hook. Costs ${hookPrice} credit. A malformed or unknown id is 404. Needs hooks:read.`)
   )
   .middleware(Authentication)
   .prefix("/v1")

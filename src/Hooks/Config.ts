@@ -1,7 +1,7 @@
 /** The catalog's settings (environment variables, with the contract's values as defaults). */
 import { Config, Duration } from "effect"
 
-/** Page size of search and list (spec 8.2). */
+/** Page size of search and list (docs/behaviour.md, "Catalog search"). */
 export const pageSize = 50
 
 export const CatalogConfig = Config.all({

@@ -4,12 +4,12 @@
  * derived ids, so running it again (or with a larger count) adds only what is missing.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Redacted } from "effect"
+import { Effect, Layer, Redacted } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
-import { hookColumnParams, upsertHooksSql } from "./CatalogSql.js"
 import { defaultDemoSeed, demoCategories, demoHook } from "./DemoData.js"
 import { HookCatalog } from "./HookCatalog.js"
 import type { HookRecord } from "./HookRecord.js"
+import { CatalogRepo } from "./Repo.js"
 
 export interface SeedOptions {
   readonly seed?: number
@@ -50,19 +50,19 @@ export const seedDemoDatabase = (databaseUrl: string, count: number, options: Se
   const batches = Array.from({ length: Math.ceil(count / batchSize) }, (_, i) => i * batchSize)
   let written = 0
   const seeding = Effect.gen(function*() {
-    const sql = yield* PgClient.make({ url: Redacted.make(databaseUrl), maxConnections: 2 })
-    yield* sql`INSERT INTO categories (slug, name) SELECT * FROM unnest(${demoCategories.map((c) => c.slug)}::text[], ${demoCategories.map((c) => c.name)}::text[])
-       ON CONFLICT (slug) DO UPDATE SET name = EXCLUDED.name`
+    const repo = yield* CatalogRepo
+    yield* repo.mergeCategories(demoCategories.map(({ slug, name }) => ({ slug, name })))
     yield* Effect.forEach(batches, (from) => {
       const to = Math.min(count, from + batchSize)
-      return Effect.suspend(() => sql.unsafe(upsertHooksSql, hookColumnParams(batchOf(from, to, seed)))).pipe(
+      return Effect.suspend(() => repo.upsertHooks(batchOf(from, to, seed))).pipe(
         Effect.andThen(Effect.sync(() => {
           written += to - from
           options.onProgress?.(written, count)
         }))
       )
     }, { concurrency: 2, discard: true })
-    for (const table of ["hooks", "hook_search", "hook_search_repeats"]) yield* sql.unsafe(`ANALYZE ${table}`)
+    yield* repo.analyzeCatalog()
   })
-  return Effect.runPromise(seeding.pipe(Effect.scoped, Effect.provide(Reactivity.layer)))
+  const database = PgClient.layer({ url: Redacted.make(databaseUrl), maxConnections: 2 })
+  return Effect.runPromise(seeding.pipe(Effect.provide(CatalogRepo.layer.pipe(Layer.provide(database), Layer.provide(Reactivity.layer)))))
 }

@@ -5,7 +5,13 @@
  * migrations/0002_catalog_search.ts.
  */
 import { Context, Effect, Layer, Option, Schema } from "effect"
-import type { HookCategory, HookLean, HookRich } from "./Api.js"
+import { Secrets } from "../Config.js"
+import { readCursor, signCursor } from "../Cursor.js"
+import { NotFound, ValidationFailed } from "../Errors.js"
+import { idPattern } from "../Ids.js"
+import { chargedAtOnce, metered } from "../Ledger/Metering.js"
+import { hookPrice, pageCost, pagePrice } from "../Ledger/Prices.js"
+import type { HookCategory, HookLean, HookRich, ListParams, SearchParams } from "./Api.js"
 import { topSortMs } from "./CatalogSql.js"
 import { CatalogConfig, pageSize } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
@@ -102,9 +108,74 @@ const firstPageCache = <E>(catalogVersion: Effect.Effect<number, E>, entries: nu
       : load
 }
 
+const hookId = idPattern("hook")
+
+/**
+ * The catalog's paid requests. Every check that can reject one (blank query, unknown category,
+ * bad cursor, malformed id) runs before any credit is taken, so an invalid request is never
+ * charged; a page is then metered at its price, a hook charged at once once it is found.
+ */
+const pricedRequests = <E>(
+  cursorSecret: Secrets["Service"]["cursorSecret"],
+  pages: {
+    readonly search: (normalised: string, after: Option.Option<SearchPosition>) => Effect.Effect<Page<SearchPosition>, E>
+    readonly list: (category: string, after: Option.Option<ListPosition>) => Effect.Effect<Page<ListPosition>, E>
+    readonly categoryExists: (category: string) => Effect.Effect<boolean>
+    readonly hook: (id: string) => Effect.Effect<Option.Option<HookRich>>
+  }
+) => {
+  /** A page as the contract lists it, its next cursor signed for the same endpoint and query. */
+  const respond = <P>(binding: string, page: Page<P>) => ({
+    object: "list" as const,
+    data: page.data,
+    has_more: Option.isSome(page.next),
+    next_cursor: Option.match(page.next, { onNone: () => null, onSome: (next) => signCursor(cursorSecret, binding, next) })
+  })
+
+  const pricedPage = <P>(operation: "search" | "list", binding: string, run: Effect.Effect<Page<P>, E>) =>
+    metered({ operation, reserve: pagePrice.reserve, run: () => run, cost: (page) => pageCost(page.data.length) }).pipe(
+      Effect.map((page) => respond(binding, page))
+    )
+
+  const searchRequest = (params: typeof SearchParams.Type) =>
+    Effect.gen(function*() {
+      const query = normaliseQuery(params.q)
+      if (query === "") return yield* new ValidationFailed({ message: "q: must contain a non-blank character" })
+      const binding = cursorBinding("search", query)
+      const after = yield* readCursor(cursorSecret, binding, params.cursor, SearchPosition)
+      return yield* pricedPage("search", binding, pages.search(query, after))
+    })
+
+  const listRequest = (params: typeof ListParams.Type) =>
+    Effect.gen(function*() {
+      const binding = cursorBinding("list", params.category)
+      const after = yield* readCursor(cursorSecret, binding, params.cursor, ListPosition)
+      if (!(yield* pages.categoryExists(params.category))) {
+        return yield* new ValidationFailed({
+          message: `category: unknown slug ${JSON.stringify(params.category)}; GET /v1/hooks/categories lists the valid ones`
+        })
+      }
+      return yield* pricedPage("list", binding, pages.list(params.category, after))
+    })
+
+  const hookRequest = (id: string) =>
+    Effect.gen(function*() {
+      const notFound = new NotFound({ message: `No hook ${JSON.stringify(id)}.` })
+      if (!hookId.test(id)) return yield* notFound
+      const hook = yield* pages.hook(id)
+      if (Option.isNone(hook)) return yield* notFound
+      // The hook is found before anything is taken: an unknown id costs nothing.
+      yield* chargedAtOnce({ operation: "hook", amount: hookPrice, referenceId: id })
+      return hook.value
+    })
+
+  return { searchRequest, listRequest, hookRequest }
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* CatalogRepo
   const config = yield* CatalogConfig
+  const { cursorSecret } = yield* Secrets
   const cachedFirstPage = firstPageCache(repo.catalogVersion, config.cacheEntries)
   /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
   const searchableQueries = lruCache<boolean>(config.cacheEntries)
@@ -169,13 +240,20 @@ const make = Effect.gen(function*() {
     search,
     list,
     hook,
-    upsert
+    upsert,
+    /** A bulk import's statements (Import.ts runs them in its transaction). */
+    importStaging: {
+      create: repo.createImportStaging,
+      stage: repo.stageHooks,
+      upsertStaged: repo.upsertStagedHooks
+    },
+    ...pricedRequests(cursorSecret, { search, list, categoryExists: repo.categoryExists, hook })
   } as const
 })
 
 export class HookCatalog extends Context.Service<HookCatalog, Effect.Success<typeof make>>()("hookline/HookCatalog") {
-  /** With its repository; needs SqlClient and the catalog's configuration from outside. */
   /** Takes its CatalogRepo from the caller (a fake one in a test). */
-  static readonly layerWithoutDependencies = Layer.effect(HookCatalog, make)
+  static readonly layerWithoutDependencies = Layer.effect(HookCatalog, make).pipe(Layer.provide(Secrets.layer))
+  /** With its repository; needs SqlClient and the catalog's configuration from outside. */
   static readonly layer = HookCatalog.layerWithoutDependencies.pipe(Layer.provide(CatalogRepo.layer))
 }

@@ -5,6 +5,7 @@
  */
 import { Effect, Result, Schema, SchemaIssue, SchemaTransformation } from "effect"
 import { sha256Hex } from "../Ids.js"
+import { existsOnCalendar } from "../Schemas.js"
 import { CategorySlug, HookId, type HookRich } from "./Api.js"
 
 export type HookRecord = HookRich
@@ -23,7 +24,7 @@ const isoDateTime = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z
 
 /** An ISO 8601 date-time with a zone, normalised to UTC with milliseconds (what responses show). */
 const normalisedDateTime = (value: string): string | null => {
-  const time = isoDateTime.test(value) ? Date.parse(value) : Number.NaN
+  const time = isoDateTime.test(value) && existsOnCalendar(value) ? Date.parse(value) : Number.NaN
   return Number.isNaN(time) ? null : new Date(time).toISOString()
 }
 

@@ -9,11 +9,10 @@
  */
 import { Effect, Fiber, Option, Result, Stream } from "effect"
 import { HttpServerRequest } from "effect/http"
-import { SqlClient, type SqlError } from "effect/sql"
-import type { ImportResult } from "../Admin/Api.js"
+import { SqlClient } from "effect/sql"
+import type { ImportResult } from "./Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
 import { orDieOnDb, withoutStatementTimeout } from "../Sql.js"
-import { createImportStagingSql, hookColumnParams, stageHooksSql, upsertStagedHooksSql } from "./CatalogSql.js"
 import { HookCatalog } from "./HookCatalog.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
 import { type ImportFormat, isSpace, NotAHookArray, type Piece, splitterFor } from "./ImportSplitters.js"
@@ -66,15 +65,15 @@ const split = (run: () => Array<Piece>) =>
  * next batch is parsed and validated, so the database and this process work at the same time;
  * `staged` waits for the last one. `onStaged` hears of each batch once it is in.
  */
-const stagingPipeline = (sql: SqlClient.SqlClient, onStaged: (count: number) => void) => {
-  let inFlight: Fiber.Fiber<void, SqlError.SqlError> | null = null
+const stagingPipeline = (stageHooks: (records: ReadonlyArray<HookRecord>, seq: number) => Effect.Effect<void>, onStaged: (count: number) => void) => {
+  let inFlight: Fiber.Fiber<void> | null = null
   let queued = 0
   const staged = Effect.suspend(() => (inFlight === null ? Effect.void : Fiber.join(inFlight)))
   const stage = (records: ReadonlyArray<HookRecord>) =>
     Effect.gen(function*() {
       const seq = queued
       queued += records.length
-      const write = Effect.suspend(() => sql.unsafe(stageHooksSql, [...hookColumnParams(records), seq]))
+      const write = stageHooks(records, seq)
       yield* staged
       inFlight = yield* Effect.forkScoped(Effect.andThen(write, Effect.sync(() => onStaged(records.length))))
     })
@@ -96,7 +95,7 @@ const bodyTooLarge = (maxBytes: number) =>
 export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, options: ImportOptions) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const { config } = yield* HookCatalog
+    const { config, importStaging } = yield* HookCatalog
     const maxBytes = options.maxBytes ?? config.importMaxBodyBytes
     const splitter = splitterFor(options.format, config.importMaxRecordBytes)
     const rejected: Array<{ index: number; message: string }> = []
@@ -106,7 +105,7 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
 
     const progress = () => options.onProgress?.({ ...totals, rejected: rejectedCount })
 
-    const pipeline = stagingPipeline(sql, (count) => {
+    const pipeline = stagingPipeline(importStaging.stage, (count) => {
       totals.staged += count
       progress()
     })
@@ -142,7 +141,7 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
     yield* Effect.gen(function*() {
       // One import may take minutes at scale: it is an admin's, not bounded like a tenant's query.
       yield* withoutStatementTimeout
-      yield* sql.unsafe(createImportStagingSql)
+      yield* importStaging.create()
       yield* Stream.runForEach(input, (chunk) =>
         Effect.gen(function*() {
           totals.bytes += chunk.byteLength
@@ -153,9 +152,8 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
       yield* stage
       yield* pipeline.staged
       if (totals.staged === 0) return
-      const [written] = yield* sql.unsafe<{ inserted: number }>(upsertStagedHooksSql)
-      totals.inserted = written.inserted
-      totals.updated = totals.staged - written.inserted
+      totals.inserted = yield* importStaging.upsertStaged()
+      totals.updated = totals.staged - totals.inserted
     }).pipe(Effect.scoped, sql.withTransaction, orDieOnDb)
     progress()
     return {

@@ -4,23 +4,26 @@
  * CatalogSql.ts, shared with the benchmark's bare baseline; this room runs them through
  * SqlClient (the driver prepares and caches each statement per connection), decodes their rows
  * and makes database and decoding failures defects. Page queries carry SEARCH_TIMEOUT as a
- * deadline that cancels them on the server.
+ * deadline that cancels them on the server. The bulk import's staging statements are here too.
  */
 import { Array as Arr, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { ServiceUnavailable } from "../Errors.js"
-import { orDieOnDb } from "../Sql.js"
+import { atRepoBoundary } from "../Repository.js"
 import { HookCategory, HookLean } from "./Api.js"
 import {
   catalogVersionSql,
   categoryExistsSql,
+  createImportStagingSql,
   hasSearchableWordSql,
   hookColumnParams,
   hookSql,
   listPageSql,
   searchPageSql,
+  stageHooksSql,
   substringPageSql,
-  upsertHooksSql
+  upsertHooksSql,
+  upsertStagedHooksSql
 } from "./CatalogSql.js"
 import { CatalogConfig } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
@@ -89,6 +92,7 @@ const decodeFound = rowsOf(Schema.Struct({ found: Schema.Boolean }))
 const decodeSearchable = rowsOf(Schema.Struct({ searchable: Schema.Boolean }))
 const decodeVersion = rowsOf(Schema.Struct({ version: Schema.Number }))
 const decodeInserted = rowsOf(Schema.Struct({ inserted: Schema.Boolean }))
+const decodeInsertedCount = rowsOf(Schema.Struct({ inserted: Schema.Number }))
 
 /** How many of an upsert's rows were new, and how many updated. */
 const countWritten = (rows: ReadonlyArray<{ readonly inserted: boolean }>) => {
@@ -96,81 +100,109 @@ const countWritten = (rows: ReadonlyArray<{ readonly inserted: boolean }>) => {
   return { inserted, updated: rows.length - inserted }
 }
 
+/** The catalog's statements; database and decoding failures are defects at the boundary (atRepoBoundary). */
+const statements = (sql: SqlClient.SqlClient) => {
+  /** A statement whose plan does not depend on its parameters (lookups, the batch upsert): the driver prepares it once per connection. */
+  const read = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
+    sql.unsafe(text, params).pipe(Effect.flatMap(decode))
+
+  /**
+   * A page. Pages are not prepared: their best plan depends on the parameters (a rare word or a
+   * common one, a small category or a large one), which a cached generic plan would ignore.
+   */
+  const readPage = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
+    sql.unsafe(text, params).unprepared.pipe(Effect.flatMap(decode))
+
+  return {
+    categories: () => read(decodeCategories, "SELECT slug, name FROM categories ORDER BY name, slug", []),
+
+    /** Replaces the category list in one transaction (hooks keep their category slug even when it is removed). */
+    replaceCategories: (input: ReadonlyArray<HookCategory>) =>
+      Effect.gen(function*() {
+        yield* sql`DELETE FROM categories`
+        const unique = [...new Map(input.map((c) => [c.slug, { slug: c.slug, name: c.name }])).values()]
+        if (Arr.isArrayNonEmpty(unique)) yield* sql`INSERT INTO categories ${sql.insert(unique)}`
+      }).pipe(sql.withTransaction),
+
+    /** Adds categories and renames those already there (the demo seed: nothing is removed). */
+    mergeCategories: (input: ReadonlyArray<HookCategory>) =>
+      sql`INSERT INTO categories (slug, name) SELECT * FROM unnest(${input.map((c) => c.slug)}::text[], ${input.map((c) => c.name)}::text[])
+       ON CONFLICT (slug) DO UPDATE SET name = EXCLUDED.name`.pipe(Effect.asVoid),
+
+    categoryExists: (slug: string) => Effect.map(read(decodeFound, categoryExistsSql, [slug]), (rows) => rows[0]?.found === true),
+
+    /** Bumped by every write to the catalog: cached pages of an older version are stale. */
+    catalogVersion: () => Effect.map(read(decodeVersion, catalogVersionSql, []), (rows) => rows[0]?.version ?? 0),
+
+    /** Whether Postgres's English parser finds a word to search for in `query` (else the substring fallback runs). */
+    hasSearchableWord: (query: string) =>
+      Effect.map(read(decodeSearchable, hasSearchableWordSql, [query]), (rows) => rows[0]?.searchable === true),
+
+    /** Ranked full-text matches, in rank order (hook_search_page). */
+    searchPage: ({ after: [k1, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
+      readPage(decodeSearchRows, searchPageSql, [query, k1, k2, id, rows, walkWindow]),
+
+    /** Substring matches for a query with no searchable word, bounded by the trigram index (hook_substring_page). */
+    substringPage: ({ after: [, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
+      readPage(decodeSearchRows, substringPageSql, [query, k2, id, rows, walkWindow]),
+
+    /** A category's hooks, newest first. */
+    listPage: ({ after: [k2, id], category, rows }: ListPageRequest) => readPage(decodeListRows, listPageSql, [category, k2, id, rows]),
+
+    findHook: (id: string) => Effect.map(read(decodeRichRows, hookSql, [id]), (rows) => Option.fromNullishOr(rows[0])),
+
+    /** Inserts or updates hooks in one statement (a batch must not repeat an id); counts both. */
+    upsertHooks: (records: ReadonlyArray<HookRecord>) =>
+      records.length === 0
+        ? Effect.succeed({ inserted: 0, updated: 0 })
+        : Effect.map(Effect.suspend(() => read(decodeInserted, upsertHooksSql, hookColumnParams(records))), countWritten),
+
+    /** Fresh planner statistics on the catalog's tables, after a bulk write. */
+    analyzeCatalog: () => Effect.forEach(["hooks", "hook_search", "hook_search_repeats"], (table) => sql.unsafe(`ANALYZE ${table}`), { discard: true }),
+
+    ...importStatements(sql)
+  }
+}
+
+/**
+ * A bulk import's statements, in its transaction: a staging table for the import (dropped when
+ * it commits), batches staged into it, then one upsert of the staged records into the catalog.
+ */
+const importStatements = (sql: SqlClient.SqlClient) => ({
+  createImportStaging: () => Effect.asVoid(sql.unsafe(createImportStagingSql)),
+  /** `seq`: the position of the batch's first record in the import, so the last of several with one id wins. */
+  stageHooks: (records: ReadonlyArray<HookRecord>, seq: number) =>
+    Effect.asVoid(Effect.suspend(() => sql.unsafe(stageHooksSql, [...hookColumnParams(records), seq]))),
+  /** Writes the staged records to the catalog; answers how many ids were new. */
+  upsertStagedHooks: () =>
+    Effect.flatMap(sql.unsafe(upsertStagedHooksSql), (rows) => Effect.map(decodeInsertedCount(rows), (counted) => counted[0]?.inserted ?? 0))
+})
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const { searchTimeout } = yield* CatalogConfig
-
-  /** A statement whose plan does not depend on its parameters (lookups, the batch upsert): the driver prepares it once per connection. */
-  const read = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>) =>
-    sql.unsafe(text, params).pipe(Effect.flatMap(decode), orDieOnDb)
+  const bounded = atRepoBoundary("CatalogRepo", statements(sql))
 
   /**
    * A page under SEARCH_TIMEOUT. Past it the statement is interrupted, which makes the driver
    * cancel the query on the server and wait for it to stop; only then is the caller answered 503.
-   * Pages are not prepared: their best plan depends on the parameters (a rare word or a common
-   * one, a small category or a large one), which a cached generic plan would ignore.
    */
-  const readPage = <A>(decode: RowsDecoder<A>, text: string, params: ReadonlyArray<unknown>, what: string, advice: string) =>
-    sql.unsafe(text, params).unprepared.pipe(
-      Effect.timeoutOrElse({
-        duration: searchTimeout,
-        orElse: () =>
-          Effect.fail(new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(searchTimeout)}; ${advice}` }))
-      }),
-      Effect.flatMap(decode),
-      orDieOnDb
-    )
-
-  const categories = read(decodeCategories, "SELECT slug, name FROM categories ORDER BY name, slug", [])
-
-  /** Replaces the category list in one transaction (hooks keep their category slug even when it is removed). */
-  const replaceCategories = (input: ReadonlyArray<HookCategory>) =>
-    Effect.gen(function*() {
-      yield* sql`DELETE FROM categories`
-      const unique = [...new Map(input.map((c) => [c.slug, { slug: c.slug, name: c.name }])).values()]
-      if (Arr.isArrayNonEmpty(unique)) yield* sql`INSERT INTO categories ${sql.insert(unique)}`
-    }).pipe(sql.withTransaction, orDieOnDb)
-
-  const categoryExists = (slug: string) => Effect.map(read(decodeFound, categoryExistsSql, [slug]), (rows) => rows[0]?.found === true)
-
-  /** Bumped by every write to the catalog: cached pages of an older version are stale. */
-  const catalogVersion = Effect.map(read(decodeVersion, catalogVersionSql, []), (rows) => rows[0]?.version ?? 0)
-
-  /** Whether Postgres's English parser finds a word to search for in `query` (else the substring fallback runs). */
-  const hasSearchableWord = (query: string) =>
-    Effect.map(read(decodeSearchable, hasSearchableWordSql, [query]), (rows) => rows[0]?.searchable === true)
-
-  /** Ranked full-text matches, in rank order (hook_search_page). */
-  const searchPage = ({ after: [k1, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
-    readPage(decodeSearchRows, searchPageSql, [query, k1, k2, id, rows, walkWindow], "search", "try more specific words.")
-
-  /** Substring matches for a query with no searchable word, bounded by the trigram index (hook_substring_page). */
-  const substringPage = ({ after: [, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
-    readPage(decodeSearchRows, substringPageSql, [query, k2, id, rows, walkWindow], "search", "try more specific words.")
-
-  /** A category's hooks, newest first. */
-  const listPage = ({ after: [k2, id], category, rows }: ListPageRequest) =>
-    readPage(decodeListRows, listPageSql, [category, k2, id, rows], "list", "retry in a moment.")
-
-  const findHook = (id: string) => Effect.map(read(decodeRichRows, hookSql, [id]), (rows) => Option.fromNullishOr(rows[0]))
-
-  /** Inserts or updates hooks in one statement (a batch must not repeat an id); counts both. */
-  const upsertHooks = (records: ReadonlyArray<HookRecord>) =>
-    records.length === 0
-      ? Effect.succeed({ inserted: 0, updated: 0 })
-      : Effect.map(Effect.suspend(() => read(decodeInserted, upsertHooksSql, hookColumnParams(records))), countWritten)
+  const underDeadline = (what: string, advice: string) => <A>(page: Effect.Effect<A>) =>
+    Effect.timeoutOrElse(page, {
+      duration: searchTimeout,
+      orElse: () =>
+        Effect.fail(new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(searchTimeout)}; ${advice}` }))
+    })
+  const searchDeadline = underDeadline("search", "try more specific words.")
+  const listDeadline = underDeadline("list", "retry in a moment.")
 
   return {
-    categories,
-    replaceCategories,
-    categoryExists,
-    catalogVersion,
-    hasSearchableWord,
-    searchPage,
-    substringPage,
-    listPage,
-    findHook,
-    upsertHooks
+    ...bounded,
+    categories: bounded.categories(),
+    catalogVersion: bounded.catalogVersion(),
+    searchPage: (request: SearchPageRequest) => searchDeadline(bounded.searchPage(request)),
+    substringPage: (request: SearchPageRequest) => searchDeadline(bounded.substringPage(request)),
+    listPage: (request: ListPageRequest) => listDeadline(bounded.listPage(request))
   } as const
 })
 

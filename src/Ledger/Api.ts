@@ -1,11 +1,12 @@
-/** The wallet contract (spec 2.2, 4.2) and the credit history. */
+/** The wallet contract and the credit history. */
 import { Schema, SchemaTransformation } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
-import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
+import { Cursor, existsOnCalendar, ListOf, notOnCalendar, PageLimit, strict, Timestamp } from "../Schemas.js"
 import { toNullableTimestamp } from "../Schemas.js"
 import { Bucket, type WalletState } from "./Domain.js"
+import { predictionPrice } from "./Prices.js"
 
 export { maxBalance } from "./Domain.js"
 
@@ -57,7 +58,7 @@ export const CreditTransaction = Schema.Struct({
 }).annotate({
   identifier: "CreditTransaction",
   description: "One change of a balance. A request's charge is one row per bucket it took from (normally one), " +
-    "listed once its hold settles; a prediction's 20 credits are a charge when reserved and a refund if it fails."
+    `listed once its hold settles; a prediction's ${predictionPrice} credits are a charge when reserved and a refund if it fails.`
 })
 export type CreditTransaction = typeof CreditTransaction.Type
 
@@ -69,11 +70,15 @@ export type CreditTransactionList = typeof CreditTransactionList.Type
  * the string, the side the query string and the OpenAPI document show; the `u` flag lets the
  * pattern into the document.
  */
+const timestampPattern = /^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/u
+
 export const timestampInput = (description: string) =>
   Schema.String.check(
-    Schema.isPattern(/^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/u, {
+    Schema.isPattern(timestampPattern, {
       message: "must be an ISO 8601 date or date-time with Z or an offset, e.g. 2026-11-22T14:28:55.123Z"
-    })
+    }),
+    // A value of the wrong form is the pattern's to report.
+    Schema.makeFilter((value: string) => !timestampPattern.test(value) || existsOnCalendar(value), { message: notOnCalendar })
   ).annotate({ description }).pipe(Schema.decodeTo(Schema.Date, SchemaTransformation.dateFromString))
 
 export const TransactionParams = Schema.Struct({

@@ -189,6 +189,8 @@ const grantOperations = (repo: LedgerRepo["Service"], wallet: (accountId: string
    */
   const grant = tracedFn("Ledger.grant", Effect.fnUntraced(function*(accountId: string, bucket: Bucket, amount: number, details: GrantDetails) {
     yield* Effect.annotateCurrentSpan({ accountId, bucket, amount })
+    // A period that ended is rolled over first, so a monthly grant lands in the new period.
+    yield* repo.rollOver(accountId)
     const referenceId = details.referenceId ?? null
     const result = yield* repo.grant({
       accountId,
@@ -248,5 +250,7 @@ const make = Effect.gen(function*() {
 })
 
 export class Ledger extends Context.Service<Ledger, Effect.Success<typeof make>>()("hookline/Ledger") {
-  static readonly layer = Layer.effect(Ledger, make).pipe(Layer.provide(LedgerRepo.layer))
+  /** Takes its LedgerRepo from the caller (the in-memory one, RepoMemory.ts, in a test). */
+  static readonly layerWithoutDependencies = Layer.effect(Ledger, make)
+  static readonly layer = Ledger.layerWithoutDependencies.pipe(Layer.provide(LedgerRepo.layer))
 }

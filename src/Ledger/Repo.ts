@@ -6,12 +6,12 @@
  *
  * Rows are decoded with schemas (SqlSchema); database and decoding failures are defects here, at
  * the boundary, and every statement has its span. The Ledger service decides; this file only
- * moves money as told.
+ * moves money as told. RepoMemory.ts offers the same methods in memory, for tests without a database.
  */
 import { Context, Effect, Layer, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { newId } from "../Ids.js"
-import { statementAtBoundary } from "../Repository.js"
+import { atRepoBoundary } from "../Repository.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
 
@@ -73,12 +73,6 @@ const EarlierGrant = Schema.Struct({ bucket: Bucket, amount: Schema.Number })
 
 const NewPeriod = Schema.Struct({ accountId: AccountId, monthlyGrant: Schema.Int })
 
-/**
- * Database and decoding failures are defects at the repository's edge; each statement is a span
- * in a traced request (an untraced one pays for no span).
- */
-const boundary = statementAtBoundary("LedgerRepo")
-
 /** Reading a wallet, opening one, and its monthly periods. */
 const walletStatements = (sql: SqlClient.SqlClient) => {
   const findWallet = SqlSchema.findOneOption({
@@ -130,10 +124,10 @@ const walletStatements = (sql: SqlClient.SqlClient) => {
   })
 
   return {
-    findWallet: boundary("findWallet", findWallet),
-    rollOver: boundary("rollOver", (accountId: string | null) => Effect.map(rollOver(accountId), (row) => row.rolled)),
-    openWallet: boundary("openWallet", openWallet),
-    startNewPeriod: boundary("startNewPeriod", startNewPeriod)
+    findWallet,
+    rollOver: (accountId: string | null) => Effect.map(rollOver(accountId), (row) => row.rolled),
+    openWallet,
+    startNewPeriod
   }
 }
 
@@ -183,14 +177,13 @@ const holdStatements = (sql: SqlClient.SqlClient) => {
   })
 
   return {
-    reserveHold: boundary("reserveHold", reserveHold),
-    chargeAtOnce: boundary("chargeAtOnce", chargeAtOnce),
-    settleHold: boundary("settleHold", resolveAs("settled")),
-    refundHold: boundary("refundHold", (holdId: string) => resolveAs("refunded")({ holdId, charge: 0 })),
-    voidHold: boundary("voidHold", (holdId: string) => resolveAs("voided")({ holdId, charge: 0 })),
-    expiredHoldIds: boundary("expiredHoldIds", (limit: number) =>
-      Effect.map(expiredHoldIds(limit), (rows) => rows.map((row) => row.id))),
-    noteDepleted: boundary("noteDepleted", noteDepleted)
+    reserveHold,
+    chargeAtOnce,
+    settleHold: resolveAs("settled"),
+    refundHold: (holdId: string) => resolveAs("refunded")({ holdId, charge: 0 }),
+    voidHold: (holdId: string) => resolveAs("voided")({ holdId, charge: 0 }),
+    expiredHoldIds: (limit: number) => Effect.map(expiredHoldIds(limit), (rows) => rows.map((row) => row.id)),
+    noteDepleted
   }
 }
 
@@ -241,17 +234,15 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
   })
 
   return {
-    grant: boundary("grant", grant),
-    findGrantByReference: boundary("findGrantByReference", findGrantByReference)
+    grant,
+    findGrantByReference
   }
 }
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   return {
-    ...walletStatements(sql),
-    ...holdStatements(sql),
-    ...grantStatements(sql),
+    ...atRepoBoundary("LedgerRepo", { ...walletStatements(sql), ...holdStatements(sql), ...grantStatements(sql) }),
     /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
     withTransaction: sql.withTransaction
   }

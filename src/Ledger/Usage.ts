@@ -1,6 +1,6 @@
 /**
  * The usage summary: the credit journal aggregated over a bounded range, per UTC day or per
- * operation, in one statement. The journal's covering index (account_id, created_at) INCLUDE
+ * operation, in one statement (HistoryRepo's `usageRows`). The journal's covering index (account_id, created_at) INCLUDE
  * (entry_type, operation, amount) makes it an index-only range scan of that account's rows in
  * the range, whatever the journal's size.
  *
@@ -12,13 +12,13 @@
  * - granted: grants; expired: expiries.
  */
 import { Config, Context, Duration, Effect, Layer, Schema } from "effect"
-import { SqlClient } from "effect/sql"
 import { ValidationFailed } from "../Errors.js"
 import { traced } from "../Observability/Tracing.js"
 import { currentDate } from "../Repository.js"
-import { orDieOnDb } from "../Sql.js"
 import { toTimestamp } from "../Schemas.js"
-import type { UsageGroupBy, UsageParams, UsageRow, UsageSummary } from "./Api.js"
+import type { UsageParams, UsageRow, UsageSummary } from "./Api.js"
+import { HistoryRepo } from "./HistoryRepo.js"
+import { Ledger } from "./Ledger.js"
 
 export const UsageConfig = Config.all({
   maxRangeDays: Config.schema(
@@ -29,42 +29,15 @@ export const UsageConfig = Config.all({
 
 const defaultRange = Duration.days(30)
 
-const Row = Schema.Struct({
-  key: Schema.String,
-  spent: Schema.Number,
-  refunded: Schema.Number,
-  granted: Schema.Number,
-  expired: Schema.Number,
-  net: Schema.Number
-})
-
 const make = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
+  const repo = yield* HistoryRepo
+  const ledger = yield* Ledger
   const config = yield* UsageConfig
-  const decodeRows = Schema.decodeUnknownEffect(Schema.Array(Row))
 
-  /** The one query behind a summary (bench/usage.ts explains it as it is). */
-  const statement = (accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) => {
-    // Grouped by the expression migration 0007 keeps statistics on (so the groups are hashed).
-    const group = groupBy === "day"
-      ? sql`(created_at AT TIME ZONE 'UTC')::date`
-      : sql`CASE operation WHEN 'hook' THEN 'get' WHEN 'prediction' THEN 'predict' ELSE COALESCE(operation, 'other') END`
-    return sql`
-      SELECT ${groupBy === "day" ? sql`to_char(${group}, 'YYYY-MM-DD')` : group} AS key,
-             COALESCE(-sum(amount) FILTER (WHERE entry_type = 'reserve'
-               OR (entry_type = 'release' AND operation IS DISTINCT FROM 'prediction')), 0) AS spent,
-             COALESCE(sum(amount) FILTER (WHERE entry_type = 'release' AND operation = 'prediction'), 0) AS refunded,
-             COALESCE(sum(amount) FILTER (WHERE entry_type = 'grant'), 0) AS granted,
-             COALESCE(-sum(amount) FILTER (WHERE entry_type = 'expire'), 0) AS expired,
-             sum(amount) AS net
-        FROM credit_journal
-       WHERE account_id = ${accountId} AND created_at >= ${from} AND created_at < ${to}
-       GROUP BY ${group}
-       ORDER BY 1`
-  }
-
+  /** The summary of [from, to); a monthly rollover that is due is applied first, so it is counted. */
   const summarise = (accountId: string, params: UsageParams) =>
     Effect.gen(function*() {
+      yield* ledger.wallet(accountId)
       const to = params.to ?? (yield* currentDate)
       const from = params.from ?? new Date(to.getTime() - Duration.toMillis(defaultRange))
       const groupBy = params.group_by ?? "day"
@@ -74,10 +47,7 @@ const make = Effect.gen(function*() {
       if (to.getTime() - from.getTime() > Duration.toMillis(Duration.days(config.maxRangeDays))) {
         return yield* new ValidationFailed({ message: `to: the range is at most ${config.maxRangeDays} days.` })
       }
-      const rows = yield* statement(accountId, from, to, groupBy).pipe(
-        Effect.flatMap(decodeRows),
-        orDieOnDb
-      )
+      const rows = yield* repo.usageRows(accountId, from, to, groupBy)
       const data: Array<UsageRow> = rows.map((row) => ({ ...row }))
       const sum = (pick: (row: UsageRow) => number) => data.reduce((total, row) => total + pick(row), 0)
       return {
@@ -96,9 +66,11 @@ const make = Effect.gen(function*() {
       } satisfies UsageSummary
     }).pipe(traced("Usage.summarise", { attributes: { accountId } }))
 
-  return { summarise, statement } as const
+  return { summarise, statement: repo.usageStatement } as const
 })
 
 export class Usage extends Context.Service<Usage, Effect.Success<typeof make>>()("hookline/Usage") {
-  static readonly layer = Layer.effect(Usage, make)
+  /** Takes its HistoryRepo and Ledger from the caller (in-memory ones in a test). */
+  static readonly layerWithoutDependencies = Layer.effect(Usage, make)
+  static readonly layer = Usage.layerWithoutDependencies.pipe(Layer.provide([HistoryRepo.layer, Ledger.layer]))
 }

@@ -1,4 +1,4 @@
-/** The clip scoring contract (spec 2.7, 2.8, 3.1, 4.7–4.10) and the upload PUT. */
+/** The clip scoring contract (link, retry start, the prediction) and the upload PUT. */
 import { Schema } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
@@ -13,6 +13,7 @@ import {
   UploadExpiredWire
 } from "../Errors.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
+import { predictionPrice } from "../Ledger/Prices.js"
 import { Band, PredictionErrorType, PredictionStatus } from "./Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
 
@@ -26,10 +27,28 @@ export type PredictUpload = typeof PredictUpload.Type
 
 export { Band, PredictionErrorType, PredictionStatus }
 
+export const SimilarHook = Schema.Struct({
+  id: Schema.String,
+  text: Schema.String,
+  category: Schema.NullOr(Schema.String)
+}).annotate({ identifier: "SimilarHook", description: "A catalog hook near the clip's on-screen hook (GET /v1/hooks/{id} has the rest)." })
+
 export const PredictionResult = Schema.Struct({
   band: Band,
   hook_duration_sec: Schema.NullOr(Schema.Finite),
-  category: Schema.NullOr(Schema.Struct({ slug: Schema.String }))
+  category: Schema.NullOr(Schema.Struct({ slug: Schema.String })).annotate({
+    description: "The category the catalog hooks nearest to hook_text agree on; null when they do not, or nothing was read."
+  }),
+  hook_text: Schema.NullOr(Schema.String).annotate({
+    description: "The hook line read on screen in the opening (a caption that changes gives its parts, one per line); " +
+      "null when no text was read."
+  }),
+  hook_text_confidence: Schema.NullOr(Schema.Finite).annotate({
+    description: "How sure the reading of hook_text is, 0 to 1 (mean word confidence); null with hook_text."
+  }),
+  similar_hooks: Schema.Array(SimilarHook).annotate({
+    description: "Up to 3 catalog hooks nearest to hook_text, nearest first; empty when nothing was read or none is near."
+  })
 }).annotate({ identifier: "PredictionResult" })
 export type PredictionResult = typeof PredictionResult.Type
 
@@ -50,6 +69,8 @@ export const RetryStart = Schema.Struct({ upload_id: Schema.String }).annotate({
 export const UploadReceipt = Schema.Struct({
   object: Schema.Literal("upload"),
   upload_id: Schema.String,
+  /** The job to poll (GET /v1/predict/{id}), the same id the link request answered. */
+  prediction_id: Schema.String,
   status: Schema.Literal("received")
 }).annotate({ identifier: "UploadReceipt" })
 
@@ -91,7 +112,7 @@ export class PredictApi extends HttpApiGroup.make("predict")
       .annotate(OpenApi.Summary, "Retry start")
       .annotate(
         OpenApi.Description,
-        "Retries the reserve for a clip that landed while credits were short: charges 20 if this call reserves, " +
+        `Retries the reserve for a clip that landed while credits were short: charges ${predictionPrice} if this call reserves, ` +
           "0 if the job is already queued or later. 422 if the file has not landed. Needs predict:write."
       )
       .annotate(OpenApi.Transform, acceptsIdempotencyKey),
@@ -130,7 +151,7 @@ export class UploadApi extends HttpApiGroup.make("upload")
       .annotate(
         OpenApi.Description,
         "The one-time upload_url from Create an upload link. The raw MP4, MOV or WebM bytes as the body (at most 256 MiB), " +
-          "with no Authorization header. Costs 0; 20 credits are reserved when the job reaches queued. " +
+          `with no Authorization header. Costs 0; ${predictionPrice} credits are reserved when the job reaches queued. ` +
           "429 unpaid_clips_limit when the wallet cannot pay and the account already keeps as many unpaid clips as allowed."
       )
   )

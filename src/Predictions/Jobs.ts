@@ -17,16 +17,12 @@ import { BlobStore } from "./BlobStore.js"
 import { PredictionsConfig } from "./Config.js"
 import { type FinishGuard, JobsRepo } from "./JobsRepo.js"
 import { currentDate } from "../Repository.js"
-import { dateBefore, toPrediction } from "./Rows.js"
+import { dateBefore, storedHookFields, toPrediction } from "./Rows.js"
 import { failedWith, type Outcome, type RetryOutcome } from "./Outcome.js"
 import { UploadsRepo } from "./UploadsRepo.js"
 import { WorkSignal } from "./WorkSignal.js"
+import { predictionPrice } from "../Ledger/Prices.js"
 
-/** Credits a prediction job reserves when it reaches queued, and takes when it succeeds. */
-export const PREDICTION_CREDITS = 20
-
-/** Postgres channel on which queued jobs are announced to every process's workers. */
-export const jobsChannel = "hookline_predictions"
 
 /** Rows a sweep moves at most per pass. */
 export const sweepBatch = 100
@@ -53,7 +49,7 @@ const queueing = ({ ledger, mode, repo, sql }: Dependencies) => {
    * Announces queued work: NOTIFY is delivered when the surrounding transaction commits. Not in
    * embedded mode, where notifications do not reach a listener (the workers poll).
    */
-  const announceQueued = mode.embedded ? Effect.void : sql`SELECT pg_notify(${jobsChannel}, 'queued')`.pipe(Effect.asVoid, Effect.orDie)
+  const announceQueued = mode.embedded ? Effect.void : repo.announceQueued()
 
   /**
    * awaiting_upload → queued, inside the caller's transaction with the row locked and its file
@@ -62,7 +58,7 @@ const queueing = ({ ledger, mode, repo, sql }: Dependencies) => {
    */
   const queue = (predictionId: string, accountId: string, requestId: string | null) =>
     Effect.gen(function*() {
-      const hold = yield* ledger.reserve(accountId, PREDICTION_CREDITS, {
+      const hold = yield* ledger.reserve(accountId, predictionPrice, {
         operation: "prediction",
         referenceId: predictionId,
         requestId,
@@ -116,6 +112,7 @@ const settlement = ({ blobs, ledger, repo, sql, uploads, webhooks }: Dependencie
             band: outcome.score.band,
             hook_duration_sec: outcome.score.hookDurationSec,
             category: outcome.score.category,
+            ...storedHookFields(outcome.score),
             features: outcome.score.features
           })
           : null,
@@ -127,7 +124,7 @@ const settlement = ({ blobs, ledger, repo, sql, uploads, webhooks }: Dependencie
       })
       if (Option.isNone(finished)) return false
       const { account_id, hold_id } = finished.value
-      if (hold_id !== null) yield* succeeded ? ledger.settle(hold_id, PREDICTION_CREDITS) : ledger.refund(hold_id)
+      if (hold_id !== null) yield* succeeded ? ledger.settle(hold_id, predictionPrice) : ledger.refund(hold_id)
       const prediction = toPrediction(yield* readPrediction(predictionId))
       yield* webhooks.enqueueEvent(account_id, succeeded ? "prediction.succeeded" : "prediction.failed", prediction)
       return true
@@ -182,7 +179,7 @@ const requests = (
       if (outcome.hold !== null) yield* signal.wake
       const prediction = toPrediction(yield* readPrediction(outcome.predictionId))
       if (outcome.hold !== null) {
-        return { prediction, charged: PREDICTION_CREDITS, balances: outcome.hold.balancesAfter } satisfies RetryOutcome
+        return { prediction, charged: predictionPrice, balances: outcome.hold.balancesAfter } satisfies RetryOutcome
       }
       const wallet = yield* ledger.wallet(caller.accountId)
       const balances = { monthly: wallet.monthly, topup: wallet.topup }

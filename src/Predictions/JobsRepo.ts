@@ -1,5 +1,5 @@
 /**
- * The prediction job's state machine (decisions.md, "Predictions"), one statement per transition:
+ * The prediction job's state machine (docs/behaviour.md, "Clip scoring"), one statement per transition:
  *
  *   awaiting_upload ──file lands + 20 reserved──▶ queued ──claimed──▶ running ──▶ succeeded (hold settled)
  *        │   ▲ credits short: stays, file kept;         ▲               │   └────▶ failed (hold refunded)
@@ -262,8 +262,16 @@ const scans = (sql: SqlClient.SqlClient) => {
   }
 }
 
+/** Postgres channel on which queued jobs are announced to every process's workers. */
+export const jobsChannel = "hookline_predictions"
+
+/** Announces queued work: NOTIFY is delivered when the surrounding transaction commits. */
+const announcements = (sql: SqlClient.SqlClient) => ({
+  announceQueued: () => Effect.asVoid(sql`SELECT pg_notify(${jobsChannel}, 'queued')`)
+})
+
 const make = Effect.map(SqlClient.SqlClient, (sql) =>
-  atRepoBoundary("JobsRepo", { ...reads(sql), ...transitions(sql), ...finishing(sql), ...scans(sql) }))
+  atRepoBoundary("JobsRepo", { ...reads(sql), ...transitions(sql), ...finishing(sql), ...scans(sql), ...announcements(sql) }))
 
 export class JobsRepo extends Context.Service<JobsRepo, Effect.Success<typeof make>>()("hookline/JobsRepo") {
   static readonly layer = Layer.effect(JobsRepo, make)

@@ -1,5 +1,5 @@
 /**
- * What one tenant may hold for free (issue 14): upload links cost nothing and a clip that lands
+ * What one tenant may hold for free: upload links cost nothing and a clip that lands
  * while credits are short is kept for retry start, so both are bounded.
  *
  * - Unused, unexpired links per key: PENDING_UPLOADS_PER_KEY (429 `too_many_pending_uploads`).
@@ -12,16 +12,11 @@
  */
 import { Context, Duration, Effect, Layer } from "effect"
 import { HttpEffect, HttpServerResponse } from "effect/http"
-import { SqlClient } from "effect/sql"
 import { TooManyPendingUploads, UnpaidClipsLimit } from "../Errors.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { PredictionsConfig } from "./Config.js"
 import { currentDate } from "../Repository.js"
 import { UploadsRepo } from "./UploadsRepo.js"
-
-/** Advisory lock classes (first key of the two-key form), so they never meet another area's locks. */
-const pendingLinksLock = 14_006
-const unpaidClipsLock = 14_004
 
 /** Retry-After on the answer of the request being served; nothing outside a request (the presigned watcher). */
 const retryAfter = (seconds: number) =>
@@ -41,7 +36,6 @@ interface UnpaidClips {
 }
 
 const make = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
   const ledger = yield* Ledger
   const repo = yield* UploadsRepo
   const config = yield* PredictionsConfig
@@ -68,7 +62,7 @@ const make = Effect.gen(function*() {
    */
   const admitLink = (accountId: string, keyId: string) =>
     Effect.gen(function*() {
-      yield* sql`SELECT pg_advisory_xact_lock(${pendingLinksLock}, hashtext(${keyId}))`
+      yield* repo.lockKeyLinks(keyId)
       const pending = yield* repo.pendingLinks({ keyId, now: yield* currentDate })
       if (pending.links >= config.pendingUploadsPerKey) {
         yield* retryAfter(pending.freesInSec)
@@ -99,7 +93,7 @@ const make = Effect.gen(function*() {
    */
   const checkLandedUnpaid = (accountId: string) =>
     Effect.gen(function*() {
-      yield* sql`SELECT pg_advisory_xact_lock(${unpaidClipsLock}, hashtext(${accountId}))`
+      yield* repo.lockUnpaidClips(accountId)
       const unpaid = yield* unpaidClips(accountId)
       if (overBound(unpaid, 0, 0)) return yield* unpaidLimit(unpaid, 0)
     })

@@ -18,7 +18,8 @@ import { orDieOnDb } from "../Sql.js"
 import type { PredictionErrorType, PredictUpload, UploadReceipt } from "./Api.js"
 import { BlobStore } from "./BlobStore.js"
 import { PredictionsConfig } from "./Config.js"
-import { PREDICTION_CREDITS, PredictionJobs } from "./Jobs.js"
+import { predictionPrice } from "../Ledger/Prices.js"
+import { PredictionJobs } from "./Jobs.js"
 import { failedWith } from "./Outcome.js"
 import { checkedVideoBody, type MediaKind, tooLarge, unsupportedMedia } from "./MediaCheck.js"
 import { UploadQuotas } from "./Quotas.js"
@@ -186,7 +187,7 @@ const puts = ({ blobs, config, quotas, repo }: Dependencies, { land }: ReturnTyp
       const link = yield* openLink(token)
       if (body.declaredBytes !== null && body.declaredBytes > config.uploadMaxBytes) return yield* tooLarge(config.uploadMaxBytes)
       if (body.empty) return yield* unsupportedMedia()
-      yield* quotas.admitPut(link.account_id, body.declaredBytes ?? 0, PREDICTION_CREDITS)
+      yield* quotas.admitPut(link.account_id, body.declaredBytes ?? 0, predictionPrice)
       yield* claim(token)
       const upload = { id: link.id, predictionId: link.prediction_id }
       const blobKey = link.blob_key ?? `uploads/${upload.id}`
@@ -201,7 +202,7 @@ const puts = ({ blobs, config, quotas, repo }: Dependencies, { land }: ReturnTyp
         // Over the unpaid bound: the file goes and the link can take it again once credits arrive.
         Effect.tapError(() => blobs.remove(blobKey).pipe(Effect.andThen(repo.releaseClaim(upload.id))))
       )
-      return { object: "upload", upload_id: upload.id, status: "received" } satisfies typeof UploadReceipt.Type
+      return { object: "upload", upload_id: upload.id, prediction_id: upload.predictionId, status: "received" } satisfies typeof UploadReceipt.Type
     }).pipe(orDieOnDb, traced("Predictions.receiveUpload"))
 
   return { receive }

@@ -219,7 +219,19 @@ const quotaStatements = (sql: SqlClient.SqlClient) => {
            WHERE p.account_id = ${accountId} AND p.status = 'awaiting_upload' AND u.status = 'received'`
   })
 
-  return { pendingLinks, unpaidClips }
+  /** Advisory lock classes (first key of the two-key form), so they never meet another area's locks. */
+  const pendingLinksLock = 14_006
+  const unpaidClipsLock = 14_004
+
+  return {
+    pendingLinks,
+    unpaidClips,
+    /** Serialises the link requests of one key until the transaction ends. */
+    lockKeyLinks: (keyId: string) => Effect.asVoid(sql`SELECT pg_advisory_xact_lock(${pendingLinksLock}, hashtext(${keyId}))`),
+    /** Serialises the landings of one account's unpaid clips until the transaction ends. */
+    lockUnpaidClips: (accountId: string) =>
+      Effect.asVoid(sql`SELECT pg_advisory_xact_lock(${unpaidClipsLock}, hashtext(${accountId}))`)
+  }
 }
 
 const make = Effect.map(SqlClient.SqlClient, (sql) =>

@@ -15,7 +15,7 @@
  * Everything else (request id, admission, limits, envelope, access log, metrics) is the
  * pipeline's (src/System/Pipeline.ts), a global middleware of the router.
  */
-import { Config, Context, Duration, Effect, Layer, Result, type Scope } from "effect"
+import { Config, Context, Data, Duration, Effect, Layer, Result, type Scope } from "effect"
 import { HttpEffect, HttpServer, type HttpServerRequest } from "effect/http"
 import * as NetAddress from "effect/net/NetAddress"
 import { NodeHttpServer } from "@effect/platform-node"
@@ -34,6 +34,16 @@ export const BodyRefusal = Context.Reference<"too large" | "broken" | null>("hoo
 
 /** Routes whose bodies are streamed and bounded by their own limits, not the JSON limit. */
 export const streamedBodyRoutes = [/^\/uploads\//, /^\/admin\/catalog\/hooks\/?$/]
+
+/** Bun could not listen: the message names the port, and PORT when another process holds it. */
+export class ServerStartFailed extends Data.TaggedError("ServerStartFailed")<{ readonly port: number; readonly cause: unknown }> {
+  override get message() {
+    if ((this.cause as { code?: unknown } | null)?.code === "EADDRINUSE") {
+      return `Port ${this.port} is in use (another Hookline or another program listens on it): stop that process, or choose another port with PORT, e.g. PORT=${this.port + 1} npm start`
+    }
+    return `Could not listen on port ${this.port}: ${this.cause instanceof Error ? this.cause.message : String(this.cause)}`
+  }
+}
 
 export interface ServeOptions {
   readonly port: number
@@ -104,24 +114,28 @@ const make = (options: ServeOptions) =>
       return [new Request(request.url, { method: request.method, headers: request.headers, body, signal: request.signal }), context]
     }
 
-    const server = Bun.serve({
-      port: options.port,
-      hostname: options.hostname,
-      maxRequestBodySize: options.maxRequestBodySize,
-      idleTimeout: options.idleTimeout,
-      fetch: async (request, bun) => {
-        if (handler === null) return new Response("not ready", { status: 503, headers: { "retry-after": "1" } })
-        const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
-        let context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
-        if (!sampling.sampled(path, request.headers.get("traceparent"))) context = Context.merge(context, sampling.untraced)
-        // A streamed upload or import keeps its own request: cutting its body off must reach the socket.
-        const streamed = streamedBodyRoutes.some((route) => route.test(path))
-        if (!streamed && request.body !== null && request.headers.get("content-length") === null) {
-          const [forwarded, withRefusal] = await bounded(request, context)
-          return handler(withHangUpGrace(forwarded, graceMs), withRefusal)
-        }
-        return handler(streamed ? request : withHangUpGrace(request, graceMs), context)
-      }
+    const server = yield* Effect.try({
+      try: () =>
+        Bun.serve({
+          port: options.port,
+          hostname: options.hostname,
+          maxRequestBodySize: options.maxRequestBodySize,
+          idleTimeout: options.idleTimeout,
+          fetch: async (request, bun) => {
+            if (handler === null) return new Response("not ready", { status: 503, headers: { "retry-after": "1" } })
+            const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
+            let context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
+            if (!sampling.sampled(path, request.headers.get("traceparent"))) context = Context.merge(context, sampling.untraced)
+            // A streamed upload or import keeps its own request: cutting its body off must reach the socket.
+            const streamed = streamedBodyRoutes.some((route) => route.test(path))
+            if (!streamed && request.body !== null && request.headers.get("content-length") === null) {
+              const [forwarded, withRefusal] = await bounded(request, context)
+              return handler(withHangUpGrace(forwarded, graceMs), withRefusal)
+            }
+            return handler(streamed ? request : withHangUpGrace(request, graceMs), context)
+          }
+        }),
+      catch: (cause) => new ServerStartFailed({ port: options.port, cause })
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => server.stop()))
 

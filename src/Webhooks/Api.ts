@@ -1,4 +1,4 @@
-/** The account webhook contract (spec 2.9, 3.2, 4.11, 6). */
+/** The account webhook contract: settings, rotation, the test send and the delivery log. */
 import { Schema } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"

@@ -1,6 +1,6 @@
 /**
  * Webhook settings, from the environment, with the contract's values as defaults
- * (decisions.md, "Webhooks"). Durations accept the short form ("5s", "100ms", "2h") or
+ * (docs/configuration.md). Durations accept the short form ("5s", "100ms", "2h") or
  * Effect's ("5 seconds").
  */
 import { Config, Duration, Effect, Option, Result, Schema, SchemaIssue } from "effect"

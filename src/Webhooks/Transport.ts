@@ -87,7 +87,8 @@ export interface WebhookRequest {
 }
 
 const postTo = (target: Target, address: Address, headers: Readonly<Record<string, string>>, body: string) =>
-  Effect.tryPromise({
+  // A Retry-After date is read against Effect's Clock, like every delivery time.
+  Effect.clockWith((clock) => Effect.tryPromise({
     try: async (signal) => {
       const response = await fetch(pinnedUrl(target, address), {
         method: "POST",
@@ -101,12 +102,12 @@ const postTo = (target: Target, address: Address, headers: Readonly<Record<strin
       // The answer's body is not used; do not wait for it.
       await response.body?.cancel().catch(() => undefined)
       const retryAfterMs = response.status === 429 || response.status === 503
-        ? parseRetryAfter(response.headers.get("retry-after"), Date.now())
+        ? parseRetryAfter(response.headers.get("retry-after"), clock.currentTimeMillisUnsafe())
         : null
       return { status: response.status, retryAfterMs }
     },
     catch: errorCode
-  })
+  }))
 
 const post = ({ body, headers, target }: WebhookRequest): Effect.Effect<PostResult> =>
   Effect.gen(function*() {

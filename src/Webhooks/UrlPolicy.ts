@@ -1,5 +1,5 @@
 /**
- * Which URLs a webhook may point at (decisions.md, "Webhooks"): absolute https (http only when
+ * Which URLs a webhook may point at (docs/security.md, "Webhooks and SSRF"): absolute https (http only when
  * WEBHOOK_ALLOW_INSECURE), at most 2,048 characters, no user info, no fragment, and a host
  * that is, and resolves only to, public addresses (unless WEBHOOK_ALLOW_PRIVATE).
  *

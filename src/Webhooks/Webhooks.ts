@@ -1,5 +1,5 @@
 /**
- * Account webhooks: the URL and signing secret of each account (decisions.md, "Webhooks"),
+ * Account webhooks: the URL and signing secret of each account (docs/behaviour.md, "Webhooks"),
  * the test send, and the outbox other rooms write events into (`enqueueEvent`). Deliveries are
  * made by the dispatcher (Dispatcher.ts).
  *
@@ -53,7 +53,14 @@ const syntheticPrediction = (now: Date): Prediction => ({
   created_at: new Date(now.getTime() - 30_000).toISOString(),
   completed_at: now.toISOString(),
   input: { duration_sec: 12.4 },
-  result: { band: "high", hook_duration_sec: 1.6, category: null },
+  result: {
+    band: "high",
+    hook_duration_sec: 1.6,
+    category: { slug: "food-cooking" },
+    hook_text: "Stop scrolling if you hate meal prep",
+    hook_text_confidence: 0.94,
+    similar_hooks: []
+  },
   error: null
 })
 

@@ -44,7 +44,7 @@ export const putClip = (url: string, clip: Clip) => put(url, readFileSync(clip.p
 
 export const expectReceived = (response: PutResponse, link: UploadLink) => {
   expect(response.status).toBe(200)
-  expect(response.body).toEqual({ object: "upload", upload_id: link.upload_id, status: "received" })
+  expect(response.body).toEqual({ object: "upload", upload_id: link.upload_id, prediction_id: link.prediction_id, status: "received" })
 }
 
 export const getPrediction = (server: TestServer, key: string, id: string) => server.request<PredictionBody>(`/v1/predict/${id}`, { key })
