@@ -38,7 +38,8 @@ beforeAll(async () => {
   const paths = await Promise.all(
     Object.entries(clipsToMake).map(async ([name, options]) => [name, await makeCaptionClip(join(dir, `${name}.mp4`), options)] as const)
   )
-  server = await startTestServer({ ...fastBackground, WORKER_CONCURRENCY: "2" })
+  // What is read is under test here, not the time cap: a loaded machine must not turn a reading into null.
+  server = await startTestServer({ ...fastBackground, WORKER_CONCURRENCY: "2", SCORER_TEXT_TIMEOUT: "60 seconds" })
   await seedDemoDatabase(server.databaseUrl, 2_000)
   owner = await server.account({ plan: "pro", monthly_balance: 1000 })
   await Promise.all(paths.map(async ([name, path]) => results.set(name as ClipName, await score(path))))
