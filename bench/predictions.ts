@@ -16,7 +16,7 @@
  *
  * Run alone: `bun bench/predictions.ts [--quick]`.
  */
-import { ConfigProvider, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { existsSync, readFileSync, renameSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"

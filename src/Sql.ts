@@ -13,7 +13,7 @@
  * - Statements go through the extended protocol only: one statement per call, no `;` lists.
  */
 import { PgClient, PgTypes } from "@effect/sql-pg"
-import { Cause, Config, Context, Duration, Effect, Fiber, Layer, Option, type Queue, type Redacted, Result, Schema, Stream } from "effect"
+import { Cause, Config, Context, Duration, Effect, Layer, Option, type Queue, type Redacted, Result, Schema, Stream } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { Migrator, SqlClient, SqlError } from "effect/sql"
 import { readdirSync } from "node:fs"

@@ -44,7 +44,7 @@ const dependencies = Effect.gen(function*() {
 type Dependencies = Effect.Success<typeof dependencies>
 
 /** awaiting_upload → queued, the credits reserved (inside the caller's transaction). */
-const queueing = ({ ledger, mode, repo, sql }: Dependencies) => {
+const queueing = ({ ledger, mode, repo }: Dependencies) => {
   /**
    * Announces queued work: NOTIFY is delivered when the surrounding transaction commits. Not in
    * embedded mode, where notifications do not reach a listener (the workers poll).
