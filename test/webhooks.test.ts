@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Duration, Effect, Layer, ManagedRuntime, References, Result } from "effect"
+import { ConfigProvider, Duration, Effect, Layer, ManagedRuntime, References, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
@@ -9,7 +9,7 @@ import { Accounts } from "../src/Admin/Accounts.js"
 import { makeSealer } from "../src/Crypto.js"
 import { ServicesLive } from "../src/App.js"
 import { Webhook as StandardWebhook } from "standardwebhooks"
-import type { Prediction } from "../src/Predictions/Api.js"
+import { Prediction } from "../src/Predictions/Api.js"
 import { DatabaseMode, SqlLive } from "../src/Sql.js"
 import { parseRetrySchedule } from "../src/Webhooks/Config.js"
 import { DispatcherLive } from "../src/Webhooks/Dispatcher.js"
@@ -194,6 +194,15 @@ describe("the webhook resource", () => {
     expect(again.body).toEqual({ object: "webhook", url: target.url, configured: true, events: ["*"], disabled_reason: null, disabled_at: null })
     expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
     expect(verifies(secret, target.requests[0])).toBe(true)
+  })
+
+  test("the test send's event carries a prediction as the API renders one", async () => {
+    const target = receiver()
+    const { key } = await withWebhook(target.url)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
+    const event = JSON.parse(target.requests[0].body)
+    expect(event.type).toBe("prediction.succeeded")
+    expect(Schema.decodeUnknownExit(Prediction)(event.data)._tag).toBe("Success")
   })
 
   test("without a webhook: DELETE answers the empty resource, rotate and test give 422", async () => {

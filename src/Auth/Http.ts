@@ -12,7 +12,7 @@ import { RateLimits } from "../RateLimit/RateLimits.js"
 import { AccessRule, Authentication, CurrentCaller } from "./Api.js"
 import { apiKeyPattern, Auth } from "./Auth.js"
 import { bearerToken } from "./Bearer.js"
-import { hasApiAccess } from "./Plans.js"
+import { hasApiAccess, rateTierOf } from "./Plans.js"
 
 /**
  * The challenge every 401 carries (RFC 6750 §3): the scheme, and an error code when a
@@ -71,7 +71,7 @@ export const AuthenticationLive = Layer.effect(
           if (rule.scope !== null && !key.scopes.includes(rule.scope)) {
             return yield* new ApiNotEnabled({ message: `This key lacks the ${rule.scope} permission.` })
           }
-          yield* rateLimits.perKey(key.keyId, key.plan)
+          yield* rateLimits.perKey(key.keyId, rateTierOf(key.plan))
           return yield* Effect.provideService(httpEffect, CurrentCaller, {
             accountId: key.accountId,
             keyId: key.keyId,

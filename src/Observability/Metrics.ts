@@ -4,7 +4,7 @@
  * Ledger, the prediction worker, the webhook dispatcher); the gauges that describe the
  * database (jobs by state, queue depth and age) are read from it at most once per
  * METRICS_REFRESH_INTERVAL, whatever the scrape rate, by the refreshes the rooms that own those
- * tables register (`registerGauges`). Who may scrape is MetricsEndpoint.ts's.
+ * tables register (`registerGauges`). Who may scrape is System/MetricsEndpoint.ts's.
  *
  * Every metric lives in the process-wide registry (`Metric.MetricRegistry`'s default, shared by
  * every context that does not provide its own), so a synchronous update with an empty context

@@ -11,12 +11,14 @@
 import { Config, Context, Duration, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
 import { HttpEffect, HttpServerResponse } from "effect/http"
 import { RateLimiter, Redis } from "effect/persistence"
-import type { Plan } from "../Auth/Domain.js"
 import { wholeSeconds } from "../Durations.js"
 import { type InvalidApiKey, RateLimitExceeded } from "../Errors.js"
 import { layerBunRedis } from "./BunRedis.js"
 import { makeFailoverStore } from "./FailoverStore.js"
 import { makeBoundedMemoryStore } from "./MemoryStore.js"
+
+/** The request-rate tiers; which plan is on which is Auth/Plans.ts's rule. */
+export type RateTier = "pro" | "business" | "enterprise"
 
 interface Bucket {
   readonly name: string
@@ -51,20 +53,6 @@ export const RateLimitConfig = Config.all({
   business: bucketConfig("business", "RATE_LIMIT_BUSINESS", "50/100"),
   enterprise: bucketConfig("enterprise", "RATE_LIMIT_ENTERPRISE", "200/400")
 })
-
-const bucketFor = (plan: Plan, buckets: { readonly pro: Bucket; readonly business: Bucket; readonly enterprise: Bucket }): Bucket => {
-  switch (plan) {
-    case "enterprise":
-      return buckets.enterprise
-    case "business":
-    case "invite":
-    case "complimentary":
-    case "custom":
-      return buckets.business
-    default:
-      return buckets.pro
-  }
-}
 
 /** Adds headers to the answer of the request this fiber serves (nothing outside a request). */
 const setHeaders = (headers: Record<string, string>) =>
@@ -112,10 +100,10 @@ const make = Effect.gen(function*() {
       Effect.asVoid
     )
 
-  /** The token bucket of the key's plan; 429 when it is empty. */
-  const perKey = (keyId: string, plan: Plan): Effect.Effect<void, RateLimitExceeded> => {
+  /** The token bucket of the key's rate tier (its plan's, Auth/Plans.ts); 429 when it is empty. */
+  const perKey = (keyId: string, tier: RateTier): Effect.Effect<void, RateLimitExceeded> => {
     if (!config.enabled) return Effect.void
-    const bucket = bucketFor(plan, config)
+    const bucket = config[tier]
     const window = Duration.millis((bucket.burst / bucket.rate) * 1000)
     return consume(`key:${keyId}`, bucket.name, bucket.burst, window, "token-bucket").pipe(
       Effect.catchTag("RateLimiterError", ({ reason }) =>

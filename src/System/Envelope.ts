@@ -14,6 +14,7 @@ import { HttpEffect, HttpServerError, HttpServerRequest, HttpServerResponse } fr
 import { HttpApiError } from "effect/http-api"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
+import { newId } from "../Ids.js"
 import { recordDatabaseUnavailable } from "../Observability/Metrics.js"
 import { isDatabaseUnavailable } from "../Sql.js"
 import { ApiErrors } from "./ApiErrors.js"
@@ -167,6 +168,12 @@ export const ApiErrorsLive = ApiErrors.of((httpEffect, { endpoint }) =>
 
 const envelopeResponse = (status: number, type: string, message: string, requestId: string) =>
   HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, { status })
+
+/** The envelope as a web Response, for the few answers given outside Effect (the Bun adapter, the metrics listener). */
+export const webEnvelope = (status: number, type: string, message: string, headers: Record<string, string> = {}): Response => {
+  const requestId = newId("req")
+  return Response.json({ error: { type, message, request_id: requestId } }, { status, headers: { ...headers, "x-request-id": requestId } })
+}
 
 /** The answer to a failure outside any endpoint, in the envelope; an interruption stays one. */
 export const answerCause = <E>(

@@ -4,7 +4,7 @@ import { readdirSync } from "node:fs"
 import { HooklineApi } from "../Api.js"
 import { ServiceUnavailable } from "../Errors.js"
 import { Metrics } from "../Observability/Metrics.js"
-import { checkMetricsAccess } from "../Observability/MetricsEndpoint.js"
+import { checkMetricsAccess } from "./MetricsEndpoint.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { appliedMigration, isDatabaseUnavailable, migrationsDirectory } from "../Sql.js"
 

@@ -10,7 +10,6 @@ import { Context, Duration, Effect, Layer, Option, Redacted, Result } from "effe
 import { Secrets } from "../Config.js"
 import { ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
-import type { Prediction } from "../Predictions/Api.js"
 import { tracedFn } from "../Observability/Tracing.js"
 import { currentDate } from "../Repository.js"
 import { DatabaseMode } from "../Sql.js"
@@ -26,6 +25,15 @@ import { resolveTarget } from "./UrlPolicy.js"
 export type { EventType } from "./Api.js"
 /** The events other rooms write into the outbox (wallet events come from the database's triggers). */
 export type PredictionEventType = "prediction.succeeded" | "prediction.failed"
+
+/**
+ * An event's data: the API object the event is about, as the API renders it. The room that
+ * raises the event owns the object's schema; the test send's sample is checked against it by a test.
+ */
+export interface EventData {
+  readonly object: string
+  readonly id: string
+}
 
 const webhookOf = (row: WebhookState): Webhook => ({
   object: "webhook",
@@ -46,7 +54,7 @@ const storedEvents = (events: ReadonlyArray<EventType | "*">): Array<EventType> 
 const notConfigured = new ValidationFailed({ message: "No webhook is configured; set one with PUT /v1/webhooks first." })
 
 /** A made-up prediction for the test send; its ids are fresh, so receivers can tell it apart. */
-const syntheticPrediction = (now: Date): Prediction => ({
+const syntheticPrediction = (now: Date) => ({
   object: "prediction",
   id: newId("pred"),
   status: "succeeded",
@@ -190,7 +198,7 @@ const make = Effect.gen(function*() {
    * or neither does. Returns the delivery id, or null when the account has no enabled webhook.
    */
   const enqueueEvent = tracedFn("Webhooks.enqueueEvent", Effect.fnUntraced(
-    function*(accountId: string, type: PredictionEventType, data: Prediction) {
+    function*(accountId: string, type: PredictionEventType, data: EventData) {
       const now = yield* currentDate
       const eventId = newId("evt")
       const body = eventBody({ id: eventId, type, createdAt: now.toISOString(), data })

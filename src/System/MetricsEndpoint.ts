@@ -9,9 +9,10 @@ import { Effect, Layer, Option, Redacted } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { bearerToken } from "../Auth/Bearer.js"
 import { InvalidApiKey, NotFound } from "../Errors.js"
-import { newId, sameSecret } from "../Ids.js"
+import { sameSecret } from "../Ids.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
-import { Metrics, type MetricsConfig, prometheusContentType } from "./Metrics.js"
+import { Metrics, type MetricsConfig, prometheusContentType } from "../Observability/Metrics.js"
+import { webEnvelope } from "./Envelope.js"
 
 const tokenOf = (config: MetricsConfig) => Option.filter(config.token, (token) => Redacted.value(token) !== "")
 
@@ -33,12 +34,6 @@ export const checkMetricsAccess = Effect.gen(function*() {
   return yield* new InvalidApiKey({ message: tokenRefused })
 })
 
-/** An answer of the metrics listener in the API's error envelope. */
-const refusal = (status: number, type: string, message: string) => {
-  const requestId = newId("req")
-  return Response.json({ error: { type, message, request_id: requestId } }, { status, headers: { "x-request-id": requestId } })
-}
-
 /** The separate metrics listener, when METRICS_PORT is set; stopped with the application. */
 export const MetricsListenerLive = Layer.effectDiscard(
   Effect.gen(function*() {
@@ -54,10 +49,10 @@ export const MetricsListenerLive = Layer.effectDiscard(
           hostname: host,
           fetch: async (request) => {
             if (request.method !== "GET" || new URL(request.url).pathname !== "/metrics") {
-              return refusal(404, "not_found", "Only GET /metrics is served on this port.")
+              return webEnvelope(404, "not_found", "Only GET /metrics is served on this port.")
             }
             if (Option.isSome(token) && !bearerMatches(request.headers.get("authorization"), token.value)) {
-              return refusal(401, "invalid_api_key", tokenRefused)
+              return webEnvelope(401, "invalid_api_key", tokenRefused)
             }
             return new Response(await runScrape(metrics.scrape), { headers: { "content-type": prometheusContentType } })
           }
