@@ -16,8 +16,7 @@ import { Ledger } from "./Ledger/Ledger.js"
 import { LedgerSweeperLive } from "./Ledger/Sweeper.js"
 import { Usage } from "./Ledger/Usage.js"
 import { Metrics } from "./Observability/Metrics.js"
-import { MetricsListenerLive } from "./Observability/MetricsEndpoint.js"
-import { Sampling } from "./Observability/Sampling.js"
+import { MetricsListenerLive } from "./System/MetricsEndpoint.js"
 import { TracingLive } from "./Observability/Tracing.js"
 import { BlobStore } from "./Predictions/BlobStore.js"
 import { PredictionGaugesLive } from "./Predictions/Gauges.js"
@@ -50,7 +49,6 @@ export const ServicesLive = Layer.mergeAll(
   RateLimits.layer,
   // Each room registers the gauges of its own tables with the one Metrics service.
   Layer.mergeAll(PredictionGaugesLive, WebhookGaugesLive).pipe(Layer.provideMerge(Metrics.layer)),
-  Sampling.layer,
   BlobStore.layer,
   WorkSignal.layer,
   PredictionJobs.layer,
@@ -83,11 +81,14 @@ export type ServerServices = Layer.Success<ReturnType<typeof Server.layer>> | Ht
 const withServices = <E, R, EB, RB>(server: Layer.Layer<ServerServices, E, R>, background: Layer.Layer<never, EB, RB>) =>
   Layer.mergeAll(
     // Acquired after the HTTP app, so on shutdown it drains requests before the app is torn down.
-    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive.pipe(HttpServer.withLogAddress)), Layer.provideMerge(server)),
+    DrainOnShutdownLive.pipe(Layer.provideMerge(HttpAppLive.pipe(HttpServer.withLogAddress))),
     background
   ).pipe(
     Layer.provideMerge(ServicesLive),
     Layer.provideMerge(SqlLive),
+    // Listening before the database opens: a taken port is reported at once, and until the app
+    // is served every request is answered 503 (Server.ts). Released last, after the database.
+    Layer.provideMerge(server),
     // Built first, so every span of the build and of the running app goes through it.
     Layer.provide(TracingLive)
   )

@@ -358,6 +358,9 @@ describe("the terminal during the first hour", () => {
       const printed = taken.stdout.toString() + taken.stderr.toString()
       expect(printed).toContain(`Port ${port} is in use`)
       expect(printed).toContain(`choose another port with PORT, e.g. PORT=${port + 1} npm start`)
+      // The port is checked before the embedded database is made: nothing was created for the refused start.
+      expect(printed).not.toContain("embedded database")
+      expect(readdirSync(otherDataDir)).toEqual([])
 
       child.kill("SIGTERM")
       expect(await child.exited).toBe(0)

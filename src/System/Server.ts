@@ -22,6 +22,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { ServerConfig } from "../Config.js"
 import { Sampling } from "../Observability/Sampling.js"
 import { pathOnly } from "../Observability/Routes.js"
+import { webEnvelope } from "./Envelope.js"
 import { ShutdownGate } from "./Shutdown.js"
 
 /** The client's address as Bun saw the connection (127.0.0.2 from a client bound there). */
@@ -44,6 +45,9 @@ export class ServerStartFailed extends Data.TaggedError("ServerStartFailed")<{ r
     return `Could not listen on port ${this.port}: ${this.cause instanceof Error ? this.cause.message : String(this.cause)}`
   }
 }
+
+/** The answer while the port is held but the app is not served: before the database is open, and while stopping. */
+const notServing = () => webEnvelope(503, "service_unavailable", "Hookline is starting or stopping; retry in a moment.", { "retry-after": "1" })
 
 export interface ServeOptions {
   readonly port: number
@@ -122,7 +126,7 @@ const make = (options: ServeOptions) =>
           maxRequestBodySize: options.maxRequestBodySize,
           idleTimeout: options.idleTimeout,
           fetch: async (request, bun) => {
-            if (handler === null) return new Response("not ready", { status: 503, headers: { "retry-after": "1" } })
+            if (handler === null) return notServing()
             const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
             let context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
             if (!sampling.sampled(path, request.headers.get("traceparent"))) context = Context.merge(context, sampling.untraced)
@@ -165,7 +169,7 @@ const make = (options: ServeOptions) =>
  */
 export const layer = (options: ServeOptions) =>
   Layer.effect(HttpServer.HttpServer, make(options)).pipe(
-    Layer.provideMerge(ShutdownGate.layer),
+    Layer.provideMerge(Layer.merge(ShutdownGate.layer, Sampling.layer)),
     Layer.merge(NodeHttpServer.layerHttpServices)
   )
 
