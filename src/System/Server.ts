@@ -107,7 +107,8 @@ const make = (options: ServeOptions) =>
     const { maxJsonBodyBytes, dbCancelGrace } = yield* ServerConfig
     const graceMs = Duration.toMillis(dbCancelGrace)
     const sampling = yield* Sampling
-    let handler: WebHandler | null = null
+    /** The app's handlers, once served: one for sampled requests, one with the tracer off for the rest. */
+    let handlers: { readonly traced: WebHandler; readonly untraced: WebHandler } | null = null
 
     /** A chunked body on a JSON route, read within the limit; the request as Effect will see it. */
     const bounded = async (request: Request, context: Context.Context<never>): Promise<[Request, Context.Context<never>]> => {
@@ -126,10 +127,10 @@ const make = (options: ServeOptions) =>
           maxRequestBodySize: options.maxRequestBodySize,
           idleTimeout: options.idleTimeout,
           fetch: async (request, bun) => {
-            if (handler === null) return notServing()
+            if (handlers === null) return notServing()
             const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
-            let context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
-            if (!sampling.sampled(path, request.headers.get("traceparent"))) context = Context.merge(context, sampling.untraced)
+            const handler = sampling.sampled(path, request.headers.get("traceparent")) ? handlers.traced : handlers.untraced
+            const context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
             // A streamed upload or import keeps its own request: cutting its body off must reach the socket.
             const streamed = streamedBodyRoutes.some((route) => route.test(path))
             if (!streamed && request.body !== null && request.headers.get("content-length") === null) {
@@ -153,12 +154,13 @@ const make = (options: ServeOptions) =>
       address,
       serve: (httpEffect, middleware) =>
         Effect.gen(function*() {
-          const context = yield* Effect.context<never>()
-          handler = HttpEffect.toWebHandlerWith<never, HttpServerRequest.HttpServerRequest | Scope.Scope>(context)(
-            httpEffect,
-            middleware
-          )
-          yield* Effect.addFinalizer(() => Effect.sync(() => (handler = null)))
+          // Flat base contexts: a request's few services are then cheap overlays on them, where a
+          // deep context would be copied whole on each addition.
+          const context = Context.makeUnsafe(new Map((yield* Effect.context<never>()).mapUnsafe))
+          const toHandler = (base: Context.Context<never>) =>
+            HttpEffect.toWebHandlerWith<never, HttpServerRequest.HttpServerRequest | Scope.Scope>(base)(httpEffect, middleware)
+          handlers = { traced: toHandler(context), untraced: toHandler(Context.merge(context, sampling.untraced)) }
+          yield* Effect.addFinalizer(() => Effect.sync(() => (handlers = null)))
         })
     })
   })
