@@ -28,6 +28,11 @@ export const ServerConfig = Config.all({
   dbStatementTimeout: Config.Duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
   /** Hot statements kept prepared on each connection (off behind a pooler that cannot carry them). */
   dbPreparedStatements: Config.Boolean("DB_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
+  /**
+   * Statements of different requests share a pool connection, pipelined into one write (sql-pg's
+   * multiplexing); transactions and deadline-bound pages keep a connection of their own.
+   */
+  dbPipeline: Config.Boolean("DB_PIPELINE").pipe(Config.withDefault(true)),
   /** How long a request whose client hung up may still run before it is interrupted (src/System/Server.ts). */
   dbCancelGrace: Config.Duration("DB_CANCEL_GRACE").pipe(Config.withDefault(Duration.millis(100))),
   maxJsonBodyBytes: Config.Int("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),

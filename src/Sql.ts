@@ -4,10 +4,14 @@
  * Migrations run when the layer is built, so the app only starts on a migrated schema.
  *
  * What the driver does that Hookline relies on:
- * - A statement whose fiber is interrupted (a deadline passed, the client hung up) is cancelled on
- *   the server about 10 ms later, and its caller resumes only once the statement has stopped: a
- *   plain `Effect.timeout…` on a statement is a deadline the server honours. A connection whose
- *   statement ended before the cancel landed is retired, never reused under a late cancel.
+ * - On DATABASE_URL, statements of different requests share the pool's connections, pipelined
+ *   into one write each tick (DB_PIPELINE=false gives every statement a connection of its own).
+ *   A shared connection cannot cancel one statement among others: an interrupted one (the client
+ *   hung up) is left to finish and its rows dropped, within DB_STATEMENT_TIMEOUT.
+ * - On a connection of its own (a transaction, or `onOwnConnection`), a statement whose fiber is
+ *   interrupted is cancelled on the server about 10 ms later, and its caller resumes only once it
+ *   has stopped: a deadline around it is one the server honours. A connection whose statement
+ *   ended before the cancel landed is retired, never reused under a late cancel.
  * - Statements are prepared once per connection, keyed by text and parameter types
  *   (DB_PREPARED_STATEMENTS=false turns that off, for a pooler that cannot carry them).
  * - Statements go through the extended protocol only: one statement per call, no `;` lists.
@@ -88,6 +92,7 @@ const networkClients = (url: Redacted.Redacted, config: ServerConfig) =>
       ...networkOptions(url, config, types),
       maxConnections: config.pgMaxConnections,
       idleTimeout: idleTimeoutOf(config.pgIdleTimeout),
+      multiplex: config.dbPipeline,
       // A startup parameter: every session starts with it, no extra round trip.
       startupParameters: { statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))) }
     })
@@ -156,6 +161,16 @@ export const SqlLive = Layer.unwrap(
     return Layer.merge(clients, settings)
   })
 )
+
+/**
+ * Runs `effect`'s statements on a pool connection of its own (or the transaction's, inside one),
+ * so that interrupting it cancels its statement on the server: for statements under a deadline.
+ */
+export const onOwnConnection = <A, E, R>(sql: SqlClient.SqlClient, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.flatMap(Effect.serviceOption(sql.transactionService), (transaction) =>
+    Option.isSome(transaction) ? effect : Effect.scoped(
+      Effect.flatMap(Effect.orDie(sql.reserve), (connection) => Effect.provideService(effect, sql.transactionService, [connection, 0]))
+    ))
 
 /**
  * Database and row-decoding failures are defects to the API: they never appear in a handler's

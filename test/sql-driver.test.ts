@@ -1,7 +1,9 @@
 /**
  * The database layer (src/Sql.ts) on a real PostgreSQL, no HTTP: what Hookline relies on from
- * @effect/sql-pg's own driver. A statement past its deadline is cancelled on the server, and so
- * is an interrupted one (a client that hangs up is given DB_CANCEL_GRACE first: test/hang-up.test.ts);
+ * @effect/sql-pg's own driver. On a connection of its own (`onOwnConnection`, a transaction) a
+ * statement past its deadline is cancelled on the server, and so is an interrupted one; on the
+ * shared, pipelined connections an interrupted statement is left to finish and the connection kept
+ * (a client that hangs up is given DB_CANCEL_GRACE first: test/hang-up.test.ts);
  * statements are held prepared on their connection unless DB_PREPARED_STATEMENTS is off;
  * DB_STATEMENT_TIMEOUT is a session setting; int8 and numeric come back as numbers; a LISTEN
  * stream interrupted while it opens leaks no connection; migration scripts are cut into statements.
@@ -13,7 +15,7 @@ import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import Pg from "pg"
 import { splitStatements } from "../migrations/statements.js"
-import { listen, SqlLive } from "../src/Sql.js"
+import { listen, onOwnConnection, SqlLive } from "../src/Sql.js"
 
 const adminUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const databaseName = `hookline_test_${randomBytes(6).toString("hex")}`
@@ -89,11 +91,11 @@ describe("the session", () => {
 })
 
 describe("deadlines and interruptions", () => {
-  test("past its deadline a statement is cancelled on the server, the caller gets the deadline's failure, the connection is kept", async () => {
+  test("past its deadline a statement on its own connection is cancelled on the server, the caller gets the deadline's failure, the connection is kept", async () => {
     const exit = await runtime.runPromiseExit(Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const before = yield* backendPid
-      const outcome = yield* Effect.exit(sql`INSERT INTO marks SELECT 1 FROM pg_sleep(5)`.pipe(
+      const outcome = yield* Effect.exit(onOwnConnection(sql, sql`INSERT INTO marks SELECT 1 FROM pg_sleep(5)`).pipe(
         Effect.timeoutOrElse({ duration: Duration.millis(200), orElse: () => Effect.fail("took too long" as const) })
       ))
       return { outcome, same: (yield* backendPid)[0].pid === before[0].pid }
@@ -107,11 +109,11 @@ describe("deadlines and interruptions", () => {
     expect(exit.value.same).toBe(true)
   })
 
-  test("an interrupted statement is cancelled on the server, and its caller answered once it has stopped", async () => {
+  test("an interrupted statement on its own connection is cancelled on the server, and its caller answered once it has stopped", async () => {
     const statement = "INSERT INTO marks SELECT 3 FROM pg_sleep(30)"
     const started = await runtime.runPromise(Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const fiber = yield* Effect.forkChild(sql.unsafe(statement))
+      const fiber = yield* Effect.forkChild(onOwnConnection(sql, sql.unsafe(statement)))
       const started = yield* Effect.promise(() => eventually(async () => (await running(statement)) === 1))
       yield* Fiber.interrupt(fiber)
       return started
@@ -119,6 +121,54 @@ describe("deadlines and interruptions", () => {
     expect(started).toBe(true)
     expect(await running(statement)).toBe(0)
     expect(await marks()).toEqual([])
+  })
+
+  test("an interrupted statement on a shared connection is left to finish: its caller is answered at once, the connection kept", async () => {
+    const statement = "INSERT INTO marks VALUES (4)"
+    // The statement waits on a lock another session holds, so it is surely still running when interrupted.
+    const locker = new Pg.Client({ connectionString: databaseUrl })
+    await locker.connect()
+    try {
+      await locker.query("BEGIN")
+      await locker.query("LOCK TABLE marks IN ACCESS EXCLUSIVE MODE")
+      const result = await runtime.runPromise(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const before = yield* backendPid
+        const fiber = yield* Effect.forkChild(sql.unsafe(statement))
+        yield* Effect.promise(() => eventually(async () => (await running(statement)) === 1))
+        yield* Fiber.interrupt(fiber)
+        const stillRunning = yield* Effect.promise(() => running(statement))
+        yield* Effect.promise(() => locker.query("COMMIT"))
+        return { stillRunning, same: (yield* backendPid)[0].pid === before[0].pid }
+      }))
+      // Answered while PostgreSQL still ran it; the next statement waited for it on the same backend.
+      expect(result).toEqual({ stillRunning: 1, same: true })
+      expect(await marks()).toEqual([4])
+    } finally {
+      await locker.end()
+      await observer.query("DELETE FROM marks")
+    }
+  })
+})
+
+describe("DB_PIPELINE=false", () => {
+  test("every statement has a connection of its own: an interrupted one is cancelled on the server", async () => {
+    const unpipelined = runtimeWith({ DB_PIPELINE: "false" })
+    const statement = "INSERT INTO marks SELECT 5 FROM pg_sleep(30)"
+    try {
+      const started = await unpipelined.runPromise(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const fiber = yield* Effect.forkChild(sql.unsafe(statement))
+        const started = yield* Effect.promise(() => eventually(async () => (await running(statement)) === 1))
+        yield* Fiber.interrupt(fiber)
+        return started
+      }))
+      expect(started).toBe(true)
+      expect(await running(statement)).toBe(0)
+      expect(await marks()).toEqual([])
+    } finally {
+      await unpipelined.dispose()
+    }
   })
 })
 

@@ -10,6 +10,7 @@ import { Array as Arr, Context, Duration, Effect, Layer, Option, Schema } from "
 import { SqlClient } from "effect/sql"
 import { ServiceUnavailable } from "../Errors.js"
 import { atRepoBoundary } from "../Repository.js"
+import { onOwnConnection } from "../Sql.js"
 import { HookCategory, HookLean } from "./Api.js"
 import {
   catalogVersionSql,
@@ -184,11 +185,12 @@ const make = Effect.gen(function*() {
   const bounded = atRepoBoundary("CatalogRepo", statements(sql))
 
   /**
-   * A page under SEARCH_TIMEOUT. Past it the statement is interrupted, which makes the driver
-   * cancel the query on the server and wait for it to stop; only then is the caller answered 503.
+   * A page under SEARCH_TIMEOUT, on a connection of its own. Past it the statement is interrupted,
+   * which makes the driver cancel the query on the server and wait for it to stop; only then is
+   * the caller answered 503.
    */
   const underDeadline = (what: string, advice: string) => <A>(page: Effect.Effect<A>) =>
-    Effect.timeoutOrElse(page, {
+    Effect.timeoutOrElse(onOwnConnection(sql, page), {
       duration: searchTimeout,
       orElse: () =>
         Effect.fail(new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(searchTimeout)}; ${advice}` }))
