@@ -55,6 +55,30 @@ export const waitForStatus = (server: TestServer, key: string, id: string, statu
     return response.body?.status === status ? response.body : undefined
   })
 
+/**
+ * Ages two rows in one statement, `kept` just short of a limit and `witness` just past it, and waits
+ * until a sweep has failed the witness as expired. The sweep looked at both, so whatever `kept` is
+ * then is the sweep's decision, not a sweep that has not come yet.
+ */
+export const ageAcrossLimit = async (
+  server: TestServer,
+  rows: {
+    readonly table: "uploads" | "predictions"
+    readonly column: "received_at" | "queued_at"
+    readonly kept: string
+    readonly witness: string
+    readonly short: string
+    readonly past: string
+  },
+  witnessWatch: { readonly key: string; readonly predictionId: string }
+) => {
+  await server.db.query(
+    `UPDATE ${rows.table} SET ${rows.column} = now() - CASE WHEN id = $1 THEN $3::interval ELSE $4::interval END WHERE id = ANY($2)`,
+    [rows.kept, [rows.kept, rows.witness], rows.short, rows.past]
+  )
+  expect((await waitForStatus(server, witnessWatch.key, witnessWatch.predictionId, "failed")).error!.type).toBe("expired")
+}
+
 /** The credit journal rows of one prediction (reserve, release), in order. */
 export const journalOf = async (db: Pg.Pool, predictionId: string) =>
   (await db.query(
