@@ -10,6 +10,7 @@ import { hookColumns, upsertHooksSql } from "../src/Hooks/CatalogSql.js"
 import type { HookRecord } from "../src/Hooks/HookRecord.js"
 import { type ErrorBody, type HookPage, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
 import { expectEnvelope } from "./support/envelope.js"
+import { hookRecord } from "./support/hookRecord.js"
 
 let server: TestServer
 let key: string
@@ -39,25 +40,7 @@ const hookId = (hex = "") => {
 
 const day = (n: number) => new Date(Date.UTC(2025, 0, 1) + n * 86_400_000).toISOString()
 
-const hook = (fields: Partial<HookRecord> & { readonly text: string }): HookRecord => ({
-  id: hookId(),
-  platform: "tiktok",
-  media_type: null,
-  thumbnail_url: null,
-  category: null,
-  hook_duration_sec: null,
-  published_at: null,
-  source_url: null,
-  caption: null,
-  duration_sec: null,
-  summary: null,
-  emotions: null,
-  comment_themes: null,
-  metrics: null,
-  creator: null,
-  audio: null,
-  ...fields
-})
+const hook = (fields: Partial<HookRecord> & { readonly text: string }): HookRecord => hookRecord(hookId(), fields.text, fields)
 
 const jsonColumns = new Set(["emotions", "comment_themes", "metrics", "creator", "audio"])
 

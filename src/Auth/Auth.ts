@@ -92,5 +92,7 @@ const make = Effect.gen(function*() {
 })
 
 export class Auth extends Context.Service<Auth, Effect.Success<typeof make>>()("hookline/Auth") {
-  static readonly layer = Layer.effect(Auth, make).pipe(Layer.provide(KeysRepo.layer))
+  /** Takes its KeysRepo from the caller (an in-memory one in a test). */
+  static readonly layerWithoutDependencies = Layer.effect(Auth, make)
+  static readonly layer = Auth.layerWithoutDependencies.pipe(Layer.provide(KeysRepo.layer))
 }

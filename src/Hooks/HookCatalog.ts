@@ -28,7 +28,7 @@ export type ListPosition = typeof ListPosition.Type
 /** What a catalog cursor is bound to: its endpoint and the normalised query or the category. */
 export const cursorBinding = (endpoint: "search" | "list", queryOrCategory: string) => `hooks.${endpoint}\0${queryOrCategory}`
 
-const toLean = (row: LeanRow): HookLean => ({
+export const toLean = (row: LeanRow): HookLean => ({
   id: row.id,
   text: row.text,
   platform: row.platform,

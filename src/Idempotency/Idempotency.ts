@@ -123,10 +123,10 @@ const make = Effect.gen(function*() {
 })
 
 export class Idempotency extends Context.Service<Idempotency, Effect.Success<typeof make>>()("hookline/Idempotency") {
-  static readonly layer = Layer.effect(Idempotency, make).pipe(
-    Layer.provide(IdempotencyRepo.layer),
-    Layer.provide(Secrets.layer)
-  )
+  /** Takes its IdempotencyRepo from the caller (the in-memory one in a test). */
+  static readonly layerWithoutDependencies = Layer.effect(Idempotency, make).pipe(Layer.provide(Secrets.layer))
+  /** With its repository; needs SqlClient from outside. */
+  static readonly layer = Idempotency.layerWithoutDependencies.pipe(Layer.provide(IdempotencyRepo.layer))
 }
 
 /** The background fiber deleting expired keys. */

@@ -34,5 +34,7 @@ const make = Effect.gen(function*() {
 })
 
 export class WalletAlerts extends Context.Service<WalletAlerts, Effect.Success<typeof make>>()("hookline/WalletAlerts") {
-  static readonly layer = Layer.effect(WalletAlerts, make).pipe(Layer.provide([AlertsRepo.layer, Ledger.layer]))
+  /** Takes its AlertsRepo and Ledger from the caller (in-memory ones in a test). */
+  static readonly layerWithoutDependencies = Layer.effect(WalletAlerts, make)
+  static readonly layer = WalletAlerts.layerWithoutDependencies.pipe(Layer.provide([AlertsRepo.layer, Ledger.layer]))
 }

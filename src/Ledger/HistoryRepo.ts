@@ -101,7 +101,7 @@ export const historyPage = (
   LIMIT ${limit + 1}
 `
 
-const UsageRow = Schema.Struct({
+export const UsageRow = Schema.Struct({
   key: Schema.String,
   spent: Schema.Number,
   refunded: Schema.Number,
