@@ -11,7 +11,7 @@
  * stated order (findStalled, findUnpaidBefore, countByStatus) come in insertion order.
  *
  * The predictions and uploads tables are shared with UploadsRepoMemory.ts: give both the same state.
- * They are defined in TablesMemory.ts and exported from here too.
+ * They are defined in TablesMemory.ts.
  */
 import { Effect, Layer, Option, Schema } from "effect"
 import type { PredictionStatus } from "./Domain.js"
@@ -24,17 +24,6 @@ import {
   type MemoryPrediction,
   type MemoryPredictionsState,
   type MemoryUpload,
-  uploadOf
-} from "./TablesMemory.js"
-
-export {
-  atOrBefore,
-  emptyPredictionsState,
-  keyIsLive,
-  type MemoryPrediction,
-  type MemoryPredictionsState,
-  type MemoryUpload,
-  type MemoryUploadStatus,
   uploadOf
 } from "./TablesMemory.js"
 

@@ -21,8 +21,6 @@ import { WebhooksRepo } from "./Repo.js"
 import type { WebhookState } from "./Rows.js"
 import type { MemoryWebhook, MemoryWebhooksState } from "./TablesMemory.js"
 
-export type { MemoryAttempt, MemoryDelivery, MemoryWebhook, MemoryWebhooksState } from "./TablesMemory.js"
-
 export const emptyWebhooksState = (): MemoryWebhooksState => ({
   webhooks: new Map(),
   deliveries: new Map(),
