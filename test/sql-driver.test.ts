@@ -74,6 +74,22 @@ const marks = async () => (await observer.query<{ n: number }>("SELECT n FROM ma
 
 const backendPid = Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`)
 
+/**
+ * Forks `statement` (run by `run`, on the shared connections by default), waits until PostgreSQL
+ * runs it, then interrupts it; answers whether it was seen running.
+ */
+const interruptOnceRunning = (
+  on: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, unknown>,
+  statement: string,
+  run: (sql: SqlClient.SqlClient) => Effect.Effect<unknown, unknown> = (sql) => sql.unsafe(statement)
+) =>
+  on.runPromise(Effect.gen(function*() {
+    const fiber = yield* Effect.forkChild(run(yield* SqlClient.SqlClient))
+    const started = yield* Effect.promise(() => eventually(async () => (await running(statement)) === 1))
+    yield* Fiber.interrupt(fiber)
+    return started
+  }))
+
 describe("the session", () => {
   test("int8 and numeric come back as numbers, arrays of them too", async () => {
     const rows = await runtime.runPromise(Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -111,14 +127,7 @@ describe("deadlines and interruptions", () => {
 
   test("an interrupted statement on its own connection is cancelled on the server, and its caller answered once it has stopped", async () => {
     const statement = "INSERT INTO marks SELECT 3 FROM pg_sleep(30)"
-    const started = await runtime.runPromise(Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const fiber = yield* Effect.forkChild(onOwnConnection(sql, sql.unsafe(statement)))
-      const started = yield* Effect.promise(() => eventually(async () => (await running(statement)) === 1))
-      yield* Fiber.interrupt(fiber)
-      return started
-    }))
-    expect(started).toBe(true)
+    expect(await interruptOnceRunning(runtime, statement, (sql) => onOwnConnection(sql, sql.unsafe(statement)))).toBe(true)
     expect(await running(statement)).toBe(0)
     expect(await marks()).toEqual([])
   })
@@ -156,14 +165,7 @@ describe("DB_PIPELINE=false", () => {
     const unpipelined = runtimeWith({ DB_PIPELINE: "false" })
     const statement = "INSERT INTO marks SELECT 5 FROM pg_sleep(30)"
     try {
-      const started = await unpipelined.runPromise(Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        const fiber = yield* Effect.forkChild(sql.unsafe(statement))
-        const started = yield* Effect.promise(() => eventually(async () => (await running(statement)) === 1))
-        yield* Fiber.interrupt(fiber)
-        return started
-      }))
-      expect(started).toBe(true)
+      expect(await interruptOnceRunning(unpipelined, statement)).toBe(true)
       expect(await running(statement)).toBe(0)
       expect(await marks()).toEqual([])
     } finally {
