@@ -166,8 +166,9 @@ export const ApiErrorsLive = ApiErrors.of((httpEffect, { endpoint }) =>
   })
 )
 
-const envelopeResponse = (status: number, type: string, message: string, requestId: string) =>
-  HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, { status })
+/** The envelope as the framework's response, for answers given before or beside any endpoint. */
+export const envelopeResponse = (status: number, type: string, message: string, requestId: string, headers: Record<string, string> = {}) =>
+  HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, { status, headers })
 
 /** The envelope as a web Response, for the few answers given outside Effect (the Bun adapter, the metrics listener). */
 export const webEnvelope = (status: number, type: string, message: string, headers: Record<string, string> = {}): Response => {

@@ -24,7 +24,7 @@ import { recordRequestNow } from "../Observability/Metrics.js"
 import { pathOnly, publicPath, unmatchedRoute } from "../Observability/Routes.js"
 import { Sampling } from "../Observability/Sampling.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
-import { answerCause } from "./Envelope.js"
+import { answerCause, envelopeResponse } from "./Envelope.js"
 import { HeaderLimitConfig, hasControlCharacterInPath, requestHeadBytesAtMost } from "./InputGuards.js"
 import { BodyRefusal, ClientAddress, streamedBodyRoutes } from "./Server.js"
 import { ShutdownGate } from "./Shutdown.js"
@@ -38,12 +38,9 @@ const PipelineConfig = Config.all({
 
 /** An answer the pipeline gives itself, in the contract's envelope. */
 const refusal = (status: number, type: string, message: string, requestId: string, close: boolean) =>
-  HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, {
-    status,
-    headers: {
-      ...(close ? { "connection": "close" } : {}),
-      ...(status === 503 ? { "retry-after": "1" } : {})
-    }
+  envelopeResponse(status, type, message, requestId, {
+    ...(close ? { "connection": "close" } : {}),
+    ...(status === 503 ? { "retry-after": "1" } : {})
   })
 
 type App = Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled>
