@@ -8,6 +8,7 @@
 import { Effect, Layer, Option, Redacted } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { bearerToken } from "../Auth/Bearer.js"
+import { clientAddressOf } from "../Auth/Http.js"
 import { InvalidApiKey, NotFound } from "../Errors.js"
 import { sameSecret } from "../Ids.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
@@ -30,7 +31,7 @@ export const checkMetricsAccess = Effect.gen(function*() {
   if (Option.isNone(token)) return yield* new NotFound({ message: "No route for GET /metrics." })
   const request = yield* HttpServerRequest.HttpServerRequest
   if (bearerMatches(request.headers["authorization"], token.value)) return
-  yield* (yield* RateLimits).failedAuthentication(Option.getOrElse(request.remoteAddress, () => "unknown"))
+  yield* (yield* RateLimits).failedAuthentication(clientAddressOf(request))
   return yield* new InvalidApiKey({ message: tokenRefused })
 })
 
