@@ -1,27 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { type AccountBody, type ErrorBody, type HookPage, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
-import { connect } from "node:net"
 import { expectEnvelope } from "./support/envelope.js"
+import { requestFrom } from "./support/peer.js"
 
 let server: TestServer
-
-/** One GET over a connection bound to `localAddress` (any 127.x address reaches the loopback server); the status. */
-const requestFrom = (localAddress: string, url: string, path: string, headers: Record<string, string>): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const { hostname, port } = new URL(url)
-    const socket = connect({ host: hostname, port: Number(port), localAddress }, () => {
-      const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join("")
-      socket.write(`GET ${path} HTTP/1.1\r\nhost: ${hostname}\r\nconnection: close\r\n${lines}\r\n`)
-    })
-    let received = ""
-    socket.on("data", (chunk) => (received += chunk.toString("latin1")))
-    socket.on("error", reject)
-    socket.on("close", () => {
-      const status = /^HTTP\/1\.1 (\d{3})/.exec(received)
-      if (status === null) reject(new Error(`no HTTP answer: ${received.slice(0, 80)}`))
-      else resolve(Number(status[1]))
-    })
-  })
 
 beforeAll(async () => {
   // The key cache off: a revocation or an account change shows on the next request. How long the

@@ -350,7 +350,7 @@ describe("the terminal during the first hour", () => {
       const requestId = wallet.headers.get("x-request-id")!
       const accessLine = await lineMatching(child.stdout, /route=\/v1\/wallet/)
       expect(accessLine).toMatch(
-        new RegExp(`^\\[\\d\\d:\\d\\d:\\d\\d\\.\\d{3}\\] INFO request method=GET route=/v1/wallet path=/v1/wallet status=200 duration_ms=[\\d.]+ request_id=${requestId}$`)
+        new RegExp(`^\\[\\d\\d:\\d\\d:\\d\\d\\.\\d{3}\\] INFO request method=GET route=/v1/wallet path=/v1/wallet status=200 duration_ms=[\\d.]+ client=127\\.0\\.0\\.1 request_id=${requestId}$`)
       )
 
       const taken = Bun.spawnSync([bun, "src/main.ts"], { cwd: root, env: { ...env, DATA_DIR: otherDataDir } })

@@ -4,16 +4,18 @@
  *
  * - the request id: the incoming X-Request-Id when it is a safe token, else a new one; every
  *   answer repeats it, every log line of the request carries it;
- * - the client address Bun saw (src/System/Server.ts) goes on the request (`remoteAddress`), so
- *   the failed-authentication limit counts per real client;
+ * - the client address goes on the request (`remoteAddress`, read by `clientAddressOf`), so the
+ *   failed-authentication limit counts per real client: the peer Bun saw (src/System/Server.ts),
+ *   or behind a trusted proxy the address it forwarded (src/System/ClientAddress.ts);
  * - admission: once shutdown starts, 503 `service_unavailable` with Retry-After and
  *   Connection: close; an admitted request runs as one of the gate's fibers, which the
  *   shutdown interrupts when the grace period ends (src/System/Shutdown.ts);
  * - the request-head limit (431), control characters in the path (404), the JSON body limit
  *   (413; a chunked body is counted by the adapter);
  * - failures no endpoint answered become the envelope (src/System/Envelope.ts);
- * - then the request metrics and the access log, labelled with the route template the router
- *   matched, and for a request that was not sampled, the after-the-fact span of a 5xx or a slow one.
+ * - then the request metrics and the access log (with the client address), labelled with the
+ *   route template the router matched, and for a request that was not sampled, the
+ *   after-the-fact span of a 5xx or a slow one.
  */
 import { Config, Context, Effect, Exit, LogLevel, Option, References, type Types } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -24,6 +26,7 @@ import { recordRequestNow } from "../Observability/Metrics.js"
 import { pathOnly, publicPath, unmatchedRoute } from "../Observability/Routes.js"
 import { Sampling } from "../Observability/Sampling.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
+import { ClientAddressConfig, makeClientAddress } from "./ClientAddress.js"
 import { answerCause, envelopeResponse } from "./Envelope.js"
 import { HeaderLimitConfig, hasControlCharacterInPath, requestHeadBytesAtMost } from "./InputGuards.js"
 import { BodyRefusal, ClientAddress, streamedBodyRoutes } from "./Server.js"
@@ -33,6 +36,7 @@ const incomingRequestId = /^[A-Za-z0-9_.:-]{1,128}$/
 
 const PipelineConfig = Config.all({
   headLimit: HeaderLimitConfig,
+  clientAddress: ClientAddressConfig,
   maxJsonBodyBytes: Config.map(ServerConfig, (config) => config.maxJsonBodyBytes)
 })
 
@@ -49,7 +53,8 @@ export const RequestPipelineLive = HttpRouter.middleware(
   Effect.gen(function*() {
     const gate = yield* ShutdownGate
     const sampling = yield* Sampling
-    const { headLimit, maxJsonBodyBytes } = yield* PipelineConfig
+    const { clientAddress, headLimit, maxJsonBodyBytes } = yield* PipelineConfig
+    const clientOf = makeClientAddress(clientAddress)
 
     /** The refusals that come before routing, or null when the request may go on. */
     const guard = (request: HttpServerRequest.HttpServerRequest, path: string, refused: string | null, requestId: string) => {
@@ -77,7 +82,8 @@ export const RequestPipelineLive = HttpRouter.middleware(
         const original = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
         const incoming = original.headers["x-request-id"]
         const requestId = incoming !== undefined && incomingRequestId.test(incoming) ? incoming : newId("req")
-        const request = original.modify({ remoteAddress: Option.some(fiber.getRef(ClientAddress)) })
+        const client = clientOf(fiber.getRef(ClientAddress), original.headers)
+        const request = original.modify({ remoteAddress: Option.some(client) })
         const path = pathOnly(request.url)
         let route = unmatchedRoute
 
@@ -112,7 +118,8 @@ export const RequestPipelineLive = HttpRouter.middleware(
               route,
               path: publicPath(request.url),
               status,
-              duration_ms: Math.round(durationMs * 10) / 10
+              duration_ms: Math.round(durationMs * 10) / 10,
+              client
             }))
           }),
           Effect.provideService(RequestId, requestId)
