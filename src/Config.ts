@@ -125,7 +125,8 @@ export const loadServerSecrets = Effect.gen(function*() {
   const stored = storedSecrets(config.dataDir, needed)
   const pick = (value: Option.Option<Redacted.Redacted<string>>, key: keyof StoredSecrets) =>
     Option.getOrElse(given(value), () => Redacted.make(stored[key] ?? ""))
-  const adminToken = Option.isSome(given(fromEnv.adminToken)) || stored.admin_token !== undefined
+  // A token stored by an embedded run is that run's: with a real database only ADMIN_TOKEN opens the admin API.
+  const adminToken = Option.isSome(given(fromEnv.adminToken)) || (embedded && stored.admin_token !== undefined)
     ? pick(fromEnv.adminToken, "admin_token")
     : null
   return {

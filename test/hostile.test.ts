@@ -4,12 +4,13 @@
  * answers, and that nothing was charged or lost (balance == sum(journal), no hold left pending).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Duration, Effect } from "effect"
+import { ConfigProvider, Duration, Effect, Redacted } from "effect"
 import { TestClock } from "effect/testing"
 import { createHash } from "node:crypto"
-import { mkdtempSync, readFileSync, statSync } from "node:fs"
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { loadServerSecrets } from "../src/Config.js"
 import { makeBoundedMemoryStore } from "../src/RateLimit/MemoryStore.js"
 import { clientOf } from "../src/RateLimit/RateLimits.js"
 import { expectEnvelope } from "./support/envelope.js"
@@ -295,6 +296,30 @@ describe("secrets.json", () => {
     expect(JSON.parse(outputs[0])).toEqual([digest(stored.admin_token), digest(stored.cursor_secret), digest(stored.webhook_secret_key)])
     expect(statSync(join(dataDir, "secrets.json")).mode & 0o777).toBe(0o600)
   }, 60_000)
+})
+
+describe("a leftover admin token", () => {
+  test("an admin_token left in DATA_DIR/secrets.json by an embedded run opens nothing once DATABASE_URL is set without ADMIN_TOKEN", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "hookline-leftover-"))
+    const leftover = "leftover_admin_token_from_an_embedded_run"
+    writeFileSync(join(dataDir, "secrets.json"), JSON.stringify({ admin_token: leftover, cursor_secret: "c".repeat(43), webhook_secret_key: "w".repeat(43) }), { mode: 0o600 })
+    // The embedded server that wrote it would use it (it printed it in its banner).
+    const embedded = await Effect.runPromise(loadServerSecrets.pipe(Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromUnknown({ DATA_DIR: dataDir }))))
+    expect(embedded.adminToken === null ? null : Redacted.value(embedded.adminToken)).toBe(leftover)
+
+    const switched = await startTestServer({ DATA_DIR: dataDir, ADMIN_TOKEN: "" }, { databaseUrl: server.databaseUrl, background: false })
+    try {
+      const accountsBefore = (await switched.db.query<{ n: number }>("SELECT count(*)::int AS n FROM accounts")).rows[0].n
+      const bearer = { authorization: `Bearer ${leftover}`, "content-type": "application/json" }
+      const created = await fetch(`${switched.url}/admin/accounts`, { method: "POST", headers: bearer, body: JSON.stringify({ plan: "pro" }) })
+      const answer = { status: created.status, headers: created.headers, body: await created.json() }
+      expectEnvelope(answer, 404, "not_found")
+      expect((await fetch(`${switched.url}/admin/accounts/acct_nobody`, { headers: bearer })).status).toBe(404)
+      expect((await switched.db.query<{ n: number }>("SELECT count(*)::int AS n FROM accounts")).rows[0].n).toBe(accountsBefore)
+    } finally {
+      await switched.stop()
+    }
+  })
 })
 
 describe("/metrics", () => {
