@@ -50,6 +50,12 @@ export const ScorerConfig = Config.all({
   analysisTimeout: Config.Duration("ANALYSIS_TIMEOUT").pipe(Config.withDefault(Duration.minutes(2))),
   /** Frames of the opening analysed at most (10 s at 120 fps); a file packed with tiny frames stops there. */
   maxFrames: Config.Int("SCORER_MAX_FRAMES").pipe(Config.withDefault(1200)),
+  /** Frames larger than this many pixels (width × height, from ffprobe) are refused before decoding: unsupported_media. */
+  maxPixels: Config.Int("SCORER_MAX_PIXELS").pipe(Config.withDefault(1920 * 1920)),
+  /** Threads ffmpeg may use to decode and filter one clip (its own default is one per core). */
+  toolThreads: Config.Int("SCORER_TOOL_THREADS").pipe(Config.withDefault(2)),
+  /** Address space one ffprobe/ffmpeg run may map (bytes, set with prlimit); past it the tool fails: analysis_failed. */
+  toolMemoryBytes: Config.Int("SCORER_TOOL_MEMORY").pipe(Config.withDefault(512 * 1024 * 1024)),
   /** Output one ffprobe/ffmpeg run may print (read as it streams); more stops it: analysis_failed. */
   maxOutputBytes: Config.Int("SCORER_MAX_OUTPUT_BYTES").pipe(Config.withDefault(8 * 1024 * 1024)),
   /** false: the on-screen hook is not read (hook_text null, similar_hooks empty, category null). */
@@ -66,6 +72,8 @@ export const ScorerConfig = Config.all({
   textMinConfidence: Config.Number("SCORER_TEXT_MIN_CONFIDENCE").pipe(Config.withDefault(0.6)),
   /** Frames are read with their shorter side scaled down to this many pixels (never up). */
   textFrameSize: Config.Int("SCORER_TEXT_FRAME_SIZE").pipe(Config.withDefault(540)),
+  /** And with their area scaled down to this many pixels: a very wide or tall frame is read small, not long. */
+  textFrameArea: Config.Int("SCORER_TEXT_FRAME_AREA").pipe(Config.withDefault(540 * 960)),
   /** Luma (0..255) from which a pixel counts as caption ink: captions are white or near-white. */
   textInkLuma: Config.Int("SCORER_TEXT_INK_LUMA").pipe(Config.withDefault(235))
 })

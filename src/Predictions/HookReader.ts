@@ -4,10 +4,13 @@
  * fetched at run time, and tesseract's cache goes to a temporary directory removed on shutdown.
  *
  * One OCR worker per process, started on the first clip and reused; clips take turns on it, and
- * each clip's turn is capped by SCORER_TEXT_TIMEOUT. Reading is best effort: a worker that cannot
- * start, a frame it cannot read or a turn out of time gives no text, never a failed job.
+ * each clip's turn is capped by SCORER_TEXT_TIMEOUT. A turn out of time (or failing) terminates
+ * the worker, which stops the recognition itself, and the next clip gets a fresh worker: a frame
+ * crafted to keep the engine busy costs one clip its text, not every clip after it. Reading is
+ * best effort: a worker that cannot start, a frame it cannot read or a turn out of time gives no
+ * text, never a failed job.
  */
-import { Context, Effect, Layer, Option, Semaphore } from "effect"
+import { Context, Duration, Effect, Layer, Option, Semaphore } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
@@ -54,28 +57,44 @@ const make = Effect.gen(function*() {
   if (!config.readText) return { enabled: false, read: () => Effect.succeed(null) } satisfies HookReaderApi
 
   const cachePath = mkdtempSync(join(tmpdir(), "hookline-ocr-"))
-  let running: Worker | undefined
+  /** The worker, started by the first turn and kept until a turn runs out of time; "failed" once it could not start. */
+  let current: Worker | "failed" | undefined
   yield* Effect.addFinalizer(() =>
     Effect.promise(async () => {
-      await running?.terminate().catch(() => undefined)
+      if (current !== undefined && current !== "failed") await current.terminate().catch(() => undefined)
       rmSync(cachePath, { recursive: true, force: true })
     })
   )
-  /** The worker, started by the first caller and kept; None when it could not start (logged once). */
-  const started = yield* Effect.cached(
-    startWorker(cachePath).pipe(
-      Effect.map((worker) => {
-        running = worker
-        return Option.some(worker)
+  const worker = Effect.suspend(() => {
+    if (current === "failed") return Effect.succeed(Option.none<Worker>())
+    if (current !== undefined) return Effect.succeed(Option.some(current))
+    return startWorker(cachePath).pipe(
+      Effect.map((started) => {
+        current = started
+        return Option.some(started)
       }),
       Effect.catch((error) =>
         Effect.logWarning("the text reader could not start; clips score without hook text").pipe(
           Effect.annotateLogs("error", String(error.cause)),
+          Effect.andThen(Effect.sync(() => {
+            current = "failed"
+          })),
           Effect.as(Option.none<Worker>())
         )
       )
     )
-  )
+  })
+  /**
+   * Stops a worker whose recognition ran past the cap or failed (terminating its thread stops the
+   * recognition itself, not only the wait for it); the next turn starts a fresh one.
+   */
+  const discard = (ocr: Worker, reason: string) =>
+    Effect.logWarning(`the text reader ${reason}; its worker is stopped and a fresh one starts for the next clip`).pipe(
+      Effect.andThen(Effect.promise(() => ocr.terminate().catch(() => undefined))),
+      Effect.andThen(Effect.sync(() => {
+        if (current === ocr) current = undefined
+      }))
+    )
   const turn = yield* Semaphore.make(1)
 
   const readFrames = (ocr: Worker, frames: ReadonlyArray<Uint8Array>) =>
@@ -84,28 +103,26 @@ const make = Effect.gen(function*() {
         Effect.map((result) => linesOf(result.data))
       ))
 
+  const readWith = (ocr: Worker, frames: ReadonlyArray<Uint8Array>) =>
+    readFrames(ocr, frames).pipe(
+      Effect.timeoutOption(config.textTimeout),
+      Effect.flatMap(Option.match({
+        onNone: () => Effect.as(discard(ocr, `ran past SCORER_TEXT_TIMEOUT (${Duration.format(config.textTimeout)})`), null),
+        onSome: (readings) => Effect.succeed(mergeReadings(readings, config.textMinConfidence))
+      })),
+      Effect.catch((error) =>
+        discard(ocr, "failed on a clip").pipe(Effect.annotateLogs("error", String(error.cause)), Effect.as(null))
+      )
+    )
+
   const read = (frames: ReadonlyArray<Uint8Array>): Effect.Effect<HookReading | null> =>
     frames.length === 0
       ? Effect.succeed(null)
-      : Effect.flatMap(started, Option.match({
-        onNone: () => Effect.succeed(null),
-        onSome: (ocr) =>
-          readFrames(ocr, frames).pipe(
-            Effect.timeoutOption(config.textTimeout),
-            turn.withPermits(1),
-            Effect.map(Option.match({
-              onNone: () => null,
-              onSome: (readings) => mergeReadings(readings, config.textMinConfidence)
-            })),
-            Effect.catch((error) =>
-              Effect.logWarning("the text reader failed on a clip").pipe(
-                Effect.annotateLogs("error", String(error.cause)),
-                Effect.as(null)
-              )
-            ),
-            Effect.withSpan("HookReader.read")
-          )
-      }))
+      : worker.pipe(
+        Effect.flatMap(Option.match({ onNone: () => Effect.succeed(null), onSome: (ocr) => readWith(ocr, frames) })),
+        turn.withPermits(1),
+        Effect.withSpan("HookReader.read")
+      )
 
   return { enabled: true, read } satisfies HookReaderApi
 })

@@ -24,29 +24,36 @@
  * A hostile file costs bounded work: at most SCORER_MAX_FRAMES frames are analysed, each tool's
  * output is read as it streams and capped (SCORER_MAX_OUTPUT_BYTES; past it the tool is killed
  * and the clip fails with analysis_failed), only the end of stderr is kept, and every run has
- * ANALYSIS_TIMEOUT.
+ * ANALYSIS_TIMEOUT. Before any of it, ClipProbe.ts pins the demuxer, refuses frames past
+ * SCORER_MAX_PIXELS from the headers alone, and bounds the tools' threads and memory.
  */
-import { Context, Data, Duration, Effect, Layer, Schema } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 import { join } from "node:path"
 import type { Band } from "./Domain.js"
 import { bandOf } from "./BandModel.js"
+import {
+  checkFrameSize,
+  decodeOptions,
+  type Demuxer,
+  failure,
+  inputOptions,
+  isVideoStream,
+  measureDuration,
+  memoryCapped,
+  probe,
+  type Run,
+  type ScoreFailure,
+  sniffDemuxer
+} from "./ClipProbe.js"
 import { ScorerConfig } from "./Config.js"
 import { findNeighbours, type SimilarHook } from "./HookNeighbours.js"
 import { HookReader, type HookReaderApi } from "./HookReader.js"
-import { analyseOpening, parseFrameMetadata, parseIntegratedLoudness, parsePacketSpan, round3 } from "./OpeningAnalysis.js"
+import { analyseOpening, parseFrameMetadata, parseIntegratedLoudness, round3 } from "./OpeningAnalysis.js"
 import { textChain, withTextFrames } from "./TextFrames.js"
-import { locateTool, type ProcessResult, runProcess } from "./Tools.js"
+import { isBundledTool, locateTool, runProcess } from "./Tools.js"
 
+export { ScoreFailure, type ScoreFailureType } from "./ClipProbe.js"
 export { analyseOpening, parseFrameMetadata, parseIntegratedLoudness, parsePacketSpan } from "./OpeningAnalysis.js"
-
-export type ScoreFailureType = "unsupported_media" | "clip_too_long" | "analysis_failed"
-
-export class ScoreFailure extends Data.TaggedError("ScoreFailure")<{
-  readonly type: ScoreFailureType
-  readonly message: string
-  /** The clip's duration when it was measured before the failure. */
-  readonly durationSec: number | null
-}> {}
 
 export interface ClipScore {
   readonly band: Band
@@ -71,65 +78,6 @@ export interface ClipScorerApi {
   readonly score: (clip: { readonly path: string }) => Effect.Effect<ClipScore, ScoreFailure>
 }
 
-// ---------------------------------------------------------------------------------------------
-// Reading the tools' output
-
-const NumberString = Schema.Union([Schema.NumberFromString, Schema.Number])
-
-const ProbeOutput = Schema.Struct({
-  streams: Schema.Array(Schema.Struct({
-      index: Schema.Number,
-      codec_type: Schema.optional(Schema.String),
-      codec_name: Schema.optional(Schema.String),
-      width: Schema.optional(Schema.Number),
-      height: Schema.optional(Schema.Number),
-      duration: Schema.optional(NumberString),
-      avg_frame_rate: Schema.optional(Schema.String),
-      disposition: Schema.optional(Schema.Struct({ attached_pic: Schema.optional(Schema.Number) }))
-    })).pipe(Schema.withDecodingDefault(Effect.succeed([]))),
-  format: Schema.optional(Schema.Struct({
-    format_name: Schema.optional(Schema.String),
-    duration: Schema.optional(NumberString)
-  }))
-})
-type ProbeOutput = typeof ProbeOutput.Type
-
-// ---------------------------------------------------------------------------------------------
-
-/** The clip is read from the local file only: references inside it to other files or URLs are not followed. */
-const localOnly = ["-protocol_whitelist", "file"]
-
-const failure = (type: ScoreFailureType, message: string, durationSec: number | null = null) =>
-  new ScoreFailure({ type, message, durationSec })
-
-const isVideoStream = (stream: ProbeOutput["streams"][number]) =>
-  stream.codec_type === "video" && stream.disposition?.attached_pic !== 1
-
-/** Runs one of the tools for a clip; its timeout and output cap fail the clip with analysis_failed. */
-type Run = (command: ReadonlyArray<string>, durationSec: number | null) => Effect.Effect<ProcessResult, ScoreFailure>
-
-const probe = (run: Run, path: string, tool: string) =>
-  Effect.gen(function*() {
-    const result = yield* run([tool, ...localOnly, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", path], null)
-    const unreadable = failure("unsupported_media", "The file could not be read as an MP4, MOV or WebM video.")
-    if (result.exitCode !== 0) {
-      yield* Effect.logDebug("ffprobe refused the file").pipe(Effect.annotateLogs("stderr", result.stderr.slice(0, 500)))
-      return yield* unreadable
-    }
-    return yield* Schema.decodeUnknownEffect(Schema.fromJsonString(ProbeOutput))(result.stdout).pipe(Effect.mapError(() => unreadable))
-  })
-
-const measureDuration = (run: Run, path: string, tool: string, probed: ProbeOutput, videoIndex: number) =>
-  Effect.gen(function*() {
-    const stated = probed.format?.duration ?? probed.streams.find((s) => s.index === videoIndex)?.duration
-    if (stated !== undefined && Number.isFinite(stated) && stated > 0) return stated
-    const packets = yield* run(
-      [tool, ...localOnly, "-v", "error", "-select_streams", `${videoIndex}`, "-show_entries", "packet=pts_time,duration_time", "-of", "csv=p=0", path],
-      null
-    )
-    return packets.exitCode === 0 ? parsePacketSpan(packets.stdout) : null
-  })
-
 /**
  * The opening's video chain. Each frame is downscaled (fast bilinear: the scores compare frames,
  * they need no fine resampling), its luma change measured, then converted to planar RGB for the
@@ -149,6 +97,7 @@ const analyse = (
   run: Run,
   ffmpeg: string,
   clip: string,
+  demuxer: Demuxer,
   streams: { video: number; audio: number | null },
   config: ScorerConfig,
   durationSec: number,
@@ -161,7 +110,8 @@ const analyse = (
     const graph = streams.audio === null ? videoChain : `${videoChain};[0:${streams.audio}]ebur128=framelog=verbose[a]`
     const analysed = yield* run(
       [
-        ffmpeg, "-hide_banner", "-nostats", ...localOnly, "-v", "info", "-skip_loop_filter", "all", "-flags2", "+fast",
+        ffmpeg, "-hide_banner", "-nostats", "-v", "info", "-filter_complex_threads", String(config.toolThreads),
+        ...inputOptions(demuxer, config), ...decodeOptions(config), "-skip_loop_filter", "all", "-flags2", "+fast",
         "-t", String(Duration.toSeconds(config.openingWindow)), "-i", clip,
         "-filter_complex", graph, "-map", "[v]", "-frames:v", String(config.maxFrames), "-f", "null", "-",
         ...(streams.audio === null ? [] : ["-map", "[a]", "-f", "null", "-"]),
@@ -206,12 +156,20 @@ const make = Effect.gen(function*() {
   const ffmpeg = yield* locateTool(config.ffmpegPath, "ffmpeg")
   if (ffprobe === null || ffmpeg === null) {
     yield* Effect.logError("ffmpeg/ffprobe not found: set FFMPEG_PATH and FFPROBE_PATH or install ffmpeg; clips will fail with analysis_failed")
+  } else if (isBundledTool(ffmpeg) || isBundledTool(ffprobe)) {
+    yield* Effect.logWarning(
+      "the scorer parses uploads with the npm-bundled ffmpeg (a 2018 build, for development): " +
+        "install ffmpeg on the system or set FFMPEG_PATH and FFPROBE_PATH before taking uploads from anyone"
+    )
   }
+  const prlimit = Bun.which("prlimit")
+  if (prlimit === null) yield* Effect.logWarning("prlimit not found: the media tools run without SCORER_TOOL_MEMORY")
+  const capped = memoryCapped(prlimit, config.toolMemoryBytes)
   const timeoutSec = Duration.toSeconds(config.analysisTimeout)
   const maxDurationSec = Duration.toSeconds(config.maxClipDuration)
 
   const run: Run = (command, durationSec) =>
-    runProcess(command, config.analysisTimeout, config.maxOutputBytes).pipe(
+    runProcess(capped(command), config.analysisTimeout, config.maxOutputBytes).pipe(
       Effect.catchTags({
         ProcessTimeout: () =>
           Effect.fail(failure("analysis_failed", `The analysis took longer than ${timeoutSec} seconds.`, durationSec)),
@@ -225,14 +183,16 @@ const make = Effect.gen(function*() {
       if (ffprobe === null || ffmpeg === null) {
         return yield* failure("analysis_failed", "The media analyser is not available on this server.")
       }
-      const probed = yield* probe(run, clip.path, ffprobe)
+      const demuxer = yield* sniffDemuxer(clip.path)
+      const probed = yield* probe(run, clip.path, ffprobe, demuxer, config)
       const container = probed.format?.format_name ?? ""
       if (!/\b(mov|mp4|webm)\b/.test(container)) {
         return yield* failure("unsupported_media", "The file is not an MP4, MOV or WebM video.")
       }
       const video = probed.streams.find(isVideoStream)
       if (video === undefined) return yield* failure("unsupported_media", "The file has no video stream.")
-      const durationSec = yield* measureDuration(run, clip.path, ffprobe, probed, video.index)
+      yield* checkFrameSize(video, config.maxPixels)
+      const durationSec = yield* measureDuration(run, clip.path, ffprobe, probed, video.index, inputOptions(demuxer, config))
       if (durationSec === null) return yield* failure("unsupported_media", "The video stream holds no frames.")
       if (durationSec > maxDurationSec) {
         return yield* failure(
@@ -244,7 +204,7 @@ const make = Effect.gen(function*() {
       const audio = probed.streams.find((s) => s.codec_type === "audio")
       const streams = { video: video.index, audio: audio?.index ?? null }
       const { frames, result: opening } = yield* withTextFrames(reader.enabled, config.textFrames, (dir) =>
-        analyse(run, ffmpeg, clip.path, streams, config, round3(durationSec), dir))
+        analyse(run, ffmpeg, clip.path, demuxer, streams, config, round3(durationSec), dir))
       const hook = yield* readHook(reader, frames)
       return {
         band: bandOf(opening),
@@ -270,6 +230,8 @@ const make = Effect.gen(function*() {
 
 /** Swappable: a model service, or a test's fake, takes its place as another Layer. */
 export class ClipScorer extends Context.Service<ClipScorer, ClipScorerApi>()("hookline/ClipScorer") {
+  /** Over a text reader given by the caller (a test's, to see the frames it is handed). */
+  static readonly withReader = Layer.effect(ClipScorer, make)
   /** With its text reader (one OCR worker for the process, released with the layer). */
-  static readonly layer = Layer.effect(ClipScorer, make).pipe(Layer.provide(HookReader.layer))
+  static readonly layer = ClipScorer.withReader.pipe(Layer.provide(HookReader.layer))
 }

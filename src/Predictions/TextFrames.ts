@@ -10,16 +10,17 @@ import type { ScorerConfig } from "./Config.js"
 
 /**
  * The frames read for text: from SCORER_TEXT_FIRST_FRAME, one every SCORER_TEXT_FRAME_SPACING,
- * the shorter side scaled down to SCORER_TEXT_FRAME_SIZE, and made black ink (luma at least
+ * the shorter side scaled down to SCORER_TEXT_FRAME_SIZE and the area to SCORER_TEXT_FRAME_AREA (a
+ * 16384x544 clip is read at 3950x130, not 16262x540), and made black ink (luma at least
  * SCORER_TEXT_INK_LUMA: a white caption) on white, which the OCR engine reads best; a busy
  * background turns white with it.
  */
 export const textChain = (config: ScorerConfig) => {
   const first = Duration.toSeconds(config.textFirstFrame)
   const spacing = Duration.toSeconds(config.textFrameSpacing)
-  const factor = `min(1\\,${config.textFrameSize}/min(iw\\,ih))`
+  const factor = `min(1\\,min(${config.textFrameSize}/min(iw\\,ih)\\,sqrt(${config.textFrameArea}/(iw*ih))))`
   return `select='gte(t\\,${first})*(isnan(prev_selected_t)+gte(t-prev_selected_t\\,${spacing}))',` +
-    `scale=w='trunc(iw*${factor}/2)*2':h='trunc(ih*${factor}/2)*2':flags=area,format=gray,` +
+    `scale=w='max(2\\,trunc(iw*${factor}/2)*2)':h='max(2\\,trunc(ih*${factor}/2)*2)':flags=area,format=gray,` +
     `lut=y='if(gte(val\\,${config.textInkLuma})\\,0\\,255)'`
 }
 

@@ -71,6 +71,9 @@ export const runProcess = (command: ReadonlyArray<string>, timeout: Duration.Dur
     })
   )
 
+/** Whether a tool is the npm installer packages' build (a 2018 static ffmpeg, for development). */
+export const isBundledTool = (path: string) => /@ff(mpeg|probe)-installer/.test(path)
+
 /** FFMPEG_PATH / FFPROBE_PATH, then the system's, then the npm installer packages (development fallback). */
 export const locateTool = (configured: Option.Option<string>, name: "ffmpeg" | "ffprobe") =>
   Effect.promise(async (): Promise<string | null> => {
