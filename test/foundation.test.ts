@@ -74,7 +74,7 @@ describe("the contract's routes", () => {
     expect((await server.request("/healthz")).status).toBe(200)
     const ready = await server.request("/readyz")
     expect(ready.status).toBe(200)
-    expect(ready.body).toEqual({ status: "ok" })
+    expect(ready.body).toEqual({ status: "ok", rate_limit_store: "memory" })
   })
 })
 

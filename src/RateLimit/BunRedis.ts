@@ -6,8 +6,13 @@
  * Redis refuses connections it fails at once; the next command connects again. A Redis that
  * accepts but does not answer would hold a command until the connection timeout: the rate
  * limiter's deadline per call (FailoverStore.ts) bounds what a request waits.
+ *
+ * A connection can go silent without closing (a frozen server, a network that drops its packets):
+ * its commands then wait until the kernel gives up on the socket, minutes later. So the service
+ * can drop its connection and take a new one (`renew`), and can ask Redis on a connection of its
+ * own (`pingFresh`), which a dead connection cannot answer for.
  */
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { Redis } from "effect/persistence"
 
 /** How long to wait for Redis to accept a connection before a command fails. */
@@ -16,10 +21,11 @@ const connectionTimeoutMillis = 2_000
 const open = (url: string) =>
   new Bun.RedisClient(url, { enableOfflineQueue: false, connectionTimeout: connectionTimeoutMillis, maxRetries: 0 })
 
-const sendOn = (client: Bun.RedisClient) => <A = unknown>(command: string, ...args: ReadonlyArray<string>): Effect.Effect<A, Redis.RedisError> =>
+const sendOn = (clientOf: () => Bun.RedisClient) => <A = unknown>(command: string, ...args: ReadonlyArray<string>): Effect.Effect<A, Redis.RedisError> =>
   Effect.tryPromise({
     // Bun types every reply as `any`: the caller names what its command returns.
     try: async (): Promise<A> => {
+      const client = clientOf()
       if (!client.connected) await client.connect()
       return client.send(command, [...args])
     },
@@ -30,14 +36,24 @@ const sendOn = (client: Bun.RedisClient) => <A = unknown>(command: string, ...ar
 const connect = (url: string) =>
   Effect.sync(() => {
     const client = open(url)
-    return { send: sendOn(client), close: Effect.sync(() => client.close()) }
+    return { send: sendOn(() => client), close: Effect.sync(() => client.close()) }
   })
 
-const make = (url: string) =>
+export interface BunRedis {
+  readonly redis: Redis.Redis["Service"]
+  /** Closes the current connection (its commands in flight fail) and opens a new one for the next command. */
+  readonly renew: Effect.Effect<void>
+  /** PING on a new connection of its own, closed afterwards. */
+  readonly pingFresh: Effect.Effect<unknown, Redis.RedisError>
+}
+
+/** The Redis service on `url` (redis:// or rediss://); its connections are closed with the scope. */
+export const makeBunRedis = (url: string) =>
   Effect.gen(function*() {
-    const client = yield* Effect.acquireRelease(Effect.sync(() => open(url)), (client) => Effect.sync(() => client.close()))
-    return yield* Redis.make({
-      send: sendOn(client),
+    let client = open(url)
+    yield* Effect.addFinalizer(() => Effect.sync(() => client.close()))
+    const redis = yield* Redis.make({
+      send: sendOn(() => client),
       connect: connect(url),
       subscribe: (channel, onMessage) =>
         Effect.gen(function*() {
@@ -51,7 +67,15 @@ const make = (url: string) =>
           return Effect.never
         })
     })
+    const renew = Effect.sync(() => {
+      const old = client
+      client = open(url)
+      old.close()
+    })
+    const pingFresh = Effect.acquireUseRelease(
+      Effect.sync(() => open(url)),
+      (fresh) => sendOn(() => fresh)("PING"),
+      (fresh) => Effect.sync(() => fresh.close())
+    )
+    return { redis, renew, pingFresh } satisfies BunRedis
   })
-
-/** The Redis service on `url` (redis:// or rediss://), closed with the layer's scope. */
-export const layerBunRedis = (url: string): Layer.Layer<Redis.Redis> => Layer.effect(Redis.Redis, make(url))

@@ -13,7 +13,7 @@ import { HttpEffect, HttpServerResponse } from "effect/http"
 import { RateLimiter, Redis } from "effect/persistence"
 import { wholeSeconds } from "../Durations.js"
 import { type InvalidApiKey, RateLimitExceeded } from "../Errors.js"
-import { layerBunRedis } from "./BunRedis.js"
+import { makeBunRedis } from "./BunRedis.js"
 import { makeFailoverStore } from "./FailoverStore.js"
 import { makeBoundedMemoryStore } from "./MemoryStore.js"
 
@@ -70,12 +70,13 @@ const makeStore = (config: Config.Success<typeof RateLimitConfig>) =>
     onNone: () => Effect.succeed({ store: makeBoundedMemoryStore(config.memoryEntries).store, fallingBack: () => false }),
     onSome: (url) =>
       Effect.gen(function*() {
-        const redis = Context.get(yield* Layer.build(layerBunRedis(url)), Redis.Redis)
+        const { pingFresh, redis, renew } = yield* makeBunRedis(url)
         const primary = yield* RateLimiter.makeStoreRedis({ prefix: "hookline:ratelimit:" }).pipe(Effect.provideService(Redis.Redis, redis))
         return yield* makeFailoverStore({
           primary,
           fallback: makeBoundedMemoryStore(config.memoryEntries).store,
-          probe: redis.send("PING")
+          probe: pingFresh,
+          renew
         })
       })
   })
@@ -142,7 +143,11 @@ const make = Effect.gen(function*() {
   const degradation = (): string | null =>
     fallingBack() ? "rate_limit_store: Redis does not answer; each process counts its own limits until it does" : null
 
-  return { perKey, failedAuthentication, degradation } as const
+  /** Where this process counts: in Redis, in process while Redis does not answer, or in process by configuration. */
+  const storeMode = (): "redis" | "local_fallback" | "memory" =>
+    Option.isNone(config.redisUrl) ? "memory" : fallingBack() ? "local_fallback" : "redis"
+
+  return { perKey, failedAuthentication, degradation, storeMode } as const
 })
 
 export class RateLimits extends Context.Service<RateLimits, Effect.Success<typeof make>>()("hookline/RateLimits") {

@@ -8,7 +8,11 @@ export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotate({
 /** Ready, possibly degraded: a dependency that is not required to serve is away (the process stays in rotation). */
 export const Readiness = Schema.Struct({
   status: Schema.Literals(["ok", "degraded"]),
-  degraded: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "What is degraded and how, one line each." }))
+  degraded: Schema.optionalKey(Schema.Array(Schema.String).annotate({ description: "What is degraded and how, one line each." })),
+  rate_limit_store: Schema.Literals(["redis", "local_fallback", "memory"]).annotate({
+    description: "Where this process counts rate limits: `redis` (shared by every process), `local_fallback` (in " +
+      "process, while Redis fails or is late), `memory` (in process: REDIS_URL is unset)."
+  })
 }).annotate({ identifier: "Readiness" })
 
 const PrometheusText = Schema.String.pipe(
@@ -29,7 +33,7 @@ export class SystemApi extends HttpApiGroup.make("system")
       .annotate(
         OpenApi.Description,
         "503 with the reason while the database does not answer. 200 `degraded` while the shared rate limit store " +
-          "(Redis) does not answer: requests are still served, limits counted per process."
+          "(Redis) fails or is late: requests are still served, limits counted per process (`rate_limit_store` says where)."
       )
   )
   .add(

@@ -37,7 +37,10 @@ export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handl
               return Effect.fail(new ServiceUnavailable({ message: "Database migrations are not applied yet." }))
             }
             const degraded = rateLimits.degradation()
-            return Effect.succeed(degraded === null ? { status: "ok" as const } : { status: "degraded" as const, degraded: [degraded] })
+            const rate_limit_store = rateLimits.storeMode()
+            return Effect.succeed(
+              degraded === null ? { status: "ok" as const, rate_limit_store } : { status: "degraded" as const, degraded: [degraded], rate_limit_store }
+            )
           })
         ))
   })
