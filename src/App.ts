@@ -11,6 +11,7 @@ import { HookCatalog } from "./Hooks/HookCatalog.js"
 import { HttpAppLive } from "./Http.js"
 import { Idempotency, IdempotencySweeperLive } from "./Idempotency/Idempotency.js"
 import { WalletAlerts } from "./Ledger/Alerts.js"
+import { KeyBudgets } from "./Ledger/Budgets.js"
 import { CreditHistory } from "./Ledger/History.js"
 import { Ledger } from "./Ledger/Ledger.js"
 import { LedgerSweeperLive } from "./Ledger/Sweeper.js"
@@ -41,6 +42,7 @@ export const ServicesLive = Layer.mergeAll(
   CreditHistory.layer,
   Usage.layer,
   WalletAlerts.layer,
+  KeyBudgets.layer,
   Idempotency.layer,
   Accounts.layer,
   HookCatalog.layer,

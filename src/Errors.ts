@@ -61,6 +61,16 @@ export class InsufficientCredits extends Schema.TaggedError<InsufficientCredits>
 }) {}
 export const InsufficientCreditsWire = envelope(InsufficientCredits, "insufficient_credits", 402, "The wallet holds fewer credits than this request reserves.")
 
+export class SpendLimitReached extends Schema.TaggedError<SpendLimitReached>()("SpendLimitReached", {
+  message: Schema.String
+}) {}
+export const SpendLimitReachedWire = envelope(
+  SpendLimitReached,
+  "spend_limit_reached",
+  402,
+  "The API key's spend limit for the period would be passed; the message names the limit and the period's end. Topping up does not help."
+)
+
 export class ApiNotEnabled extends Schema.TaggedError<ApiNotEnabled>()("ApiNotEnabled", {
   message: Schema.String
 }) {}

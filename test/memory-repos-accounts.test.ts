@@ -23,6 +23,7 @@ import { makeKeysRepoInMemory } from "../src/Auth/RepoMemory.js"
 import { Secrets } from "../src/Config.js"
 import { newId, sha256Hex } from "../src/Ids.js"
 import { WalletAlerts } from "../src/Ledger/Alerts.js"
+import { KeyBudgets } from "../src/Ledger/Budgets.js"
 import { AlertsRepo } from "../src/Ledger/AlertsRepo.js"
 import { makeAlertsRepoInMemory } from "../src/Ledger/AlertsRepoMemory.js"
 import type { Bucket, Operation } from "../src/Ledger/Domain.js"
@@ -46,7 +47,7 @@ type Repos = AccountsRepo | KeysRepo | LedgerRepo | AlertsRepo | HistoryRepo
 const memoryRepos = () => {
   const accounts = makeAccountsRepoInMemory()
   const keys = makeKeysRepoInMemory({ accounts: accounts.state.accounts })
-  const ledger = makeLedgerRepoInMemory()
+  const ledger = makeLedgerRepoInMemory(keys.state.keys)
   const history = makeHistoryRepoInMemory(ledger)
   const alerts = makeAlertsRepoInMemory(ledger.state)
   const layer = Layer.mergeAll(accounts.layer, keys.layer, history.ledgerLayer, history.layer, alerts.layer)
@@ -142,6 +143,7 @@ const reserve = (
       operation: options.operation,
       referenceId: options.referenceId ?? null,
       requestId: options.requestId ?? null,
+      keyId: null,
       holdId,
       expiresInSeconds: options.operation === "prediction" ? null : 600
     })
@@ -333,7 +335,7 @@ for (const backend of backends) {
         const steps: Array<boolean> = []
         yield* alerts.setThreshold(accountId, 50)
         steps.push(yield* armedOf)
-        yield* ledger.chargeAtOnce({ accountId, amount: 40, operation: "hook", referenceId: null, requestId: null })
+        yield* ledger.chargeAtOnce({ accountId, amount: 40, operation: "hook", referenceId: null, requestId: null, keyId: null })
         steps.push(yield* armedOf) // 60: still armed
         const hold = yield* reserve(accountId, 20, { operation: "search" })
         steps.push(yield* armedOf) // 40: below
@@ -341,7 +343,7 @@ for (const backend of backends) {
         steps.push(yield* armedOf) // 60 again, from a refund: stays disarmed
         yield* grantTo(accountId, "topup", 1)
         steps.push(yield* armedOf) // 61, from a grant: re-armed
-        yield* ledger.chargeAtOnce({ accountId, amount: 20, operation: "hook", referenceId: null, requestId: null })
+        yield* ledger.chargeAtOnce({ accountId, amount: 20, operation: "hook", referenceId: null, requestId: null, keyId: null })
         yield* grantTo(accountId, "topup", 5)
         steps.push(yield* armedOf) // 41, then 46 from a grant: still below, not armed
         return steps
@@ -443,7 +445,7 @@ for (const backend of backends) {
       const rows = await check(Effect.gen(function*() {
         const accountId = yield* openAccount({ topup: 10 })
         yield* Effect.flatMap(LedgerRepo, (ledger) =>
-          ledger.chargeAtOnce({ accountId, amount: 2, operation: "hook", referenceId: "hook_1", requestId: "req_hook" }))
+          ledger.chargeAtOnce({ accountId, amount: 2, operation: "hook", referenceId: "hook_1", requestId: "req_hook", keyId: null }))
         return yield* historyOf(accountId)
       }))
       expect(shapeOf(rows[0])).toEqual({
@@ -507,7 +509,7 @@ for (const backend of backends) {
       const counts = await check(Effect.gen(function*() {
         const accountId = yield* openAccount({ topup: 10 })
         yield* Effect.flatMap(LedgerRepo, (ledger) =>
-          ledger.chargeAtOnce({ accountId, amount: 2, operation: "list", referenceId: null, requestId: null }))
+          ledger.chargeAtOnce({ accountId, amount: 2, operation: "list", referenceId: null, requestId: null, keyId: null }))
         const count = (filters: Filters) => Effect.map(historyOf(accountId, filters), (rows) => rows.map((row) => row.type))
         return [
           yield* count({ type: "grant" }),
@@ -528,7 +530,7 @@ for (const backend of backends) {
         const accountId = yield* openAccount({ monthlyGrant: 100, monthly: 40, topup: 20 })
         yield* ledger.settleHold({ holdId: yield* reserve(accountId, 10, { operation: "search" }), charge: 4 })
         yield* ledger.refundHold(yield* reserve(accountId, 5, { operation: "prediction" }))
-        yield* ledger.chargeAtOnce({ accountId, amount: 2, operation: "hook", referenceId: null, requestId: null })
+        yield* ledger.chargeAtOnce({ accountId, amount: 2, operation: "hook", referenceId: null, requestId: null, keyId: null })
         yield* ledger.startNewPeriod({ accountId, monthlyGrant: 1_000 })
         const from = new Date(now - 24 * hour)
         const to = new Date(now + 24 * hour)
@@ -600,7 +602,9 @@ const saveStates = (accounts: MemoryAccountsState, ledger: MemoryLedgerState): S
     wallets: [...ledger.wallets].map(([id, wallet]) => [id, { ...wallet }] as const),
     holds: [...ledger.holds].map(([id, hold]) => [id, { ...hold }] as const),
     journal: [...ledger.journal],
-    depleted: [...ledger.depleted]
+    depleted: [...ledger.depleted],
+    budgets: [...ledger.budgets].map(([id, budget]) => [id, { ...budget }] as const),
+    limitEvents: [...ledger.limitEvents]
   }
   return () => {
     // In place: the KeysRepo memory reads the same accounts map.
@@ -610,10 +614,12 @@ const saveStates = (accounts: MemoryAccountsState, ledger: MemoryLedgerState): S
     ledger.holds = new Map(savedLedger.holds.map(([id, hold]) => [id, { ...hold }]))
     ledger.journal = [...savedLedger.journal]
     ledger.depleted = [...savedLedger.depleted]
+    ledger.budgets = new Map(savedLedger.budgets.map(([id, budget]) => [id, { ...budget }]))
+    ledger.limitEvents = [...savedLedger.limitEvents]
   }
 }
 
-type Services = Accounts | Auth | WalletAlerts | CreditHistory | Usage | Ledger | Repos
+type Services = Accounts | Auth | WalletAlerts | CreditHistory | Usage | Ledger | KeyBudgets | Repos
 
 /**
  * Runs `body` against the services over fresh memory repositories, the clock at `start`.
@@ -645,7 +651,8 @@ const runServices = async <A, E>(
     Auth.layerWithoutDependencies,
     WalletAlerts.layerWithoutDependencies,
     CreditHistory.layerWithoutDependencies,
-    Usage.layerWithoutDependencies
+    Usage.layerWithoutDependencies,
+    KeyBudgets.layerWithoutDependencies
   ).pipe(Layer.provideMerge(ledger))
   const accounts = Accounts.layerWithoutDependencies.pipe(
     Layer.provide([webhooks, memoryTransactions(saveStates(memory.accounts.state, memory.ledger.state))]),

@@ -335,7 +335,8 @@ const jobCases = (backend: Backend) => {
       // Landing locks the job only while its key is live and its account not suspended.
       expect(Option.getOrThrow(yield* jobs.lockForLanding(links[0].predictionId))).toEqual({
         status: "awaiting_upload",
-        account_id: timed.accountId
+        account_id: timed.accountId,
+        key_id: timed.keyId
       })
       expect(Option.isNone(yield* jobs.lockForLanding(links[1].predictionId))).toBe(true)
       expect(Option.isNone(yield* jobs.lockForLanding(links[2].predictionId))).toBe(true)

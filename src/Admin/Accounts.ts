@@ -11,6 +11,7 @@ import { NotFound, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { type TransactionParams, type UsageParams, walletOf } from "../Ledger/Api.js"
 import type { Bucket } from "../Ledger/Domain.js"
+import { KeyBudgets } from "../Ledger/Budgets.js"
 import { CreditHistory } from "../Ledger/History.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { Usage } from "../Ledger/Usage.js"
@@ -33,10 +34,19 @@ const perAccount = (findRow: (id: string, lock: boolean) => Effect.Effect<unknow
     const ledger = yield* Ledger
     const history = yield* CreditHistory
     const usage = yield* Usage
+    const budgets = yield* KeyBudgets
+    const sql = yield* SqlClient.SqlClient
     const mustExist = (id: string) => Effect.asVoid(findRow(id, false))
+    /** The key and its limit in one transaction: a key is never created without the limit asked for. */
+    const newKey = (id: string, scopes: ReadonlyArray<Scope> | undefined, spendLimit: number | undefined) =>
+      Effect.gen(function*() {
+        const created = yield* auth.createKey(id, scopes)
+        if (spendLimit !== undefined) yield* budgets.setLimit(created.id, spendLimit)
+        return { ...created, spend_limit: spendLimit ?? null }
+      }).pipe(sql.withTransaction, Effect.orDie)
     return {
-      createKey: (id: string, scopes: ReadonlyArray<Scope> | undefined) =>
-        mustExist(id).pipe(Effect.andThen(Effect.orDie(auth.createKey(id, scopes)))),
+      createKey: (id: string, scopes: ReadonlyArray<Scope> | undefined, spendLimit?: number) =>
+        mustExist(id).pipe(Effect.andThen(newKey(id, scopes, spendLimit))),
       grant: (id: string, grant: {
         readonly bucket: Bucket
         readonly amount: number
@@ -124,6 +134,6 @@ const make = Effect.gen(function*() {
 export class Accounts extends Context.Service<Accounts, Effect.Success<typeof make>>()("hookline/Accounts") {
   static readonly layerWithoutDependencies = Layer.effect(Accounts, make)
   static readonly layer = Accounts.layerWithoutDependencies.pipe(
-    Layer.provide([AccountsRepo.layer, Ledger.layer, Webhooks.layer, Auth.layer, CreditHistory.layer, Usage.layer])
+    Layer.provide([AccountsRepo.layer, Ledger.layer, Webhooks.layer, Auth.layer, CreditHistory.layer, Usage.layer, KeyBudgets.layer])
   )
 }

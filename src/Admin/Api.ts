@@ -14,6 +14,7 @@ import { HookCategoryList, ImportResult } from "../Hooks/Api.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
 import {
   CreditTransactionList,
+  KeySpend,
   maxBalance,
   TransactionParams,
   transactionsDescription,
@@ -70,15 +71,26 @@ export const UpdateAccount = Schema.Struct({
 }).annotate({ identifier: "UpdateAccount" })
 export type UpdateAccount = typeof UpdateAccount.Type
 
+const SpendLimit = Credits.annotate({
+  description: "Credits the key may take per period of its account (its monthly period; the calendar month, UTC, without " +
+    "a monthly grant). A request that would pass it is 402 spend_limit_reached."
+})
+
 export const CreateKey = Schema.Struct({
-  scopes: Schema.optionalKey(Schema.Array(Scope))
+  scopes: Schema.optionalKey(Schema.Array(Scope)),
+  spend_limit: Schema.optionalKey(SpendLimit)
 }).annotate({ identifier: "CreateKey" })
+
+export const UpdateKey = Schema.Struct({
+  spend_limit: Schema.NullOr(SpendLimit).annotate({ description: "The new limit; null removes it. What the key spent in the period stays counted." })
+}).annotate({ identifier: "UpdateKey" })
 
 export const ApiKeyCreated = Schema.Struct({
   object: Schema.Literal("api_key"),
   id: Schema.String,
   api_key: Schema.String,
   scopes: Schema.Array(Scope),
+  spend_limit: Schema.NullOr(Schema.Int),
   created_at: Timestamp
 }).annotate({ identifier: "ApiKeyCreated" })
 export type ApiKeyCreated = typeof ApiKeyCreated.Type
@@ -155,6 +167,12 @@ export class AdminApi extends HttpApiGroup.make("admin")
         "The plain key is in this answer only (and in its replay to the same Idempotency-Key). Scopes default to all three."
       )
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
+  )
+  .add(
+    HttpApiEndpoint.patch("updateKey", "/keys/:id", { params: keyId, payload: UpdateKey, success: KeySpend })
+      .annotate(HttpApi.PayloadParseOptions, strict)
+      .annotate(OpenApi.Summary, "Set or remove an API key's spend limit")
+      .annotate(OpenApi.Description, "Answers the key's limit and what it spent in the current period. 404 for an unknown key.")
   )
   .add(
     HttpApiEndpoint.delete("revokeKey", "/keys/:id", { params: keyId, success: ApiKeyRevoked })

@@ -17,7 +17,7 @@ import { parseArgs } from "node:util"
 import { apiOnlyLayer } from "../App.js"
 import * as Server from "../System/Server.js"
 import { loadServerSecrets, ServerConfig } from "../Config.js"
-import { makeHooklineClient } from "../client.js"
+import { type HooklineClient, makeHooklineClient } from "../client.js"
 import { dataDirHolder } from "../EmbeddedDb.js"
 import { demoCategories } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
@@ -31,7 +31,8 @@ const usage = `Usage: npm run admin -- <command>
   accounts create --plan <plan> [--name N] [--monthly-grant N] [--monthly-balance N] [--topup-balance N]
   accounts get <account_id>
   accounts update <account_id> [--plan <plan>] [--suspended true|false]
-  keys create <account_id> [--scopes hooks:read,predict:write,webhooks:write]
+  keys create <account_id> [--scopes hooks:read,predict:write,webhooks:write] [--spend-limit N]
+  keys update <key_id> --spend-limit N|none
   keys revoke <key_id>
   credits grant <account_id> --bucket monthly|topup --amount N [--reason R] [--reference R]
   transactions <account_id> [--limit N] [--cursor C]
@@ -61,6 +62,7 @@ const cliOptions = {
   "topup-balance": { type: "string" },
   suspended: { type: "string" },
   scopes: { type: "string" },
+  "spend-limit": { type: "string" },
   bucket: { type: "string" },
   amount: { type: "string" },
   reason: { type: "string" },
@@ -130,6 +132,32 @@ const adminEndpoint = Effect.gen(function*() {
   return { baseUrl: `http://127.0.0.1:${port}`, adminToken }
 })
 
+/** `keys create | update | revoke`. */
+const keysCommand = (client: HooklineClient, action: string | undefined) => {
+  switch (action) {
+    case "create":
+      return client.admin.createKey({
+        params: { id: arg(2, "account id") },
+        payload: defined({
+          scopes: values.scopes === undefined ? undefined : (values.scopes.split(",") as Array<Scope>),
+          spend_limit: int("spend-limit", values["spend-limit"])
+        })
+      })
+    case "update": {
+      const limit = values["spend-limit"]
+      if (limit === undefined) throw new UsageError("keys update needs --spend-limit N (or none)")
+      return client.admin.updateKey({
+        params: { id: arg(2, "key id") },
+        payload: { spend_limit: limit === "none" ? null : int("spend-limit", limit) ?? null }
+      })
+    }
+    case "revoke":
+      return client.admin.revokeKey({ params: { id: arg(2, "key id") } })
+    default:
+      throw new UsageError(`unknown command: ${positionals.join(" ")}\n${usage}`)
+  }
+}
+
 const command = Effect.gen(function*() {
   const [group, action] = positionals
   if (values.help === true || group === "help") return yield* new Help()
@@ -148,6 +176,7 @@ const command = Effect.gen(function*() {
     })
   }
   if (group === "usage") return yield* usageCommand(client, arg(1, "account id"), values)
+  if (group === "keys") return yield* keysCommand(client, action)
   switch (`${group} ${action}`) {
     case "accounts create":
       return yield* client.admin.createAccount({
@@ -169,13 +198,6 @@ const command = Effect.gen(function*() {
           suspended: values.suspended === undefined ? undefined : values.suspended === "true"
         })
       })
-    case "keys create":
-      return yield* client.admin.createKey({
-        params: { id: arg(2, "account id") },
-        payload: defined({ scopes: values.scopes === undefined ? undefined : (values.scopes.split(",") as Array<Scope>) })
-      })
-    case "keys revoke":
-      return yield* client.admin.revokeKey({ params: { id: arg(2, "key id") } })
     case "credits grant":
       return yield* client.admin.grantCredits({
         params: { id: arg(2, "account id") },

@@ -1,4 +1,4 @@
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import { HooklineApi } from "../Api.js"
@@ -12,6 +12,7 @@ import { importHooksFromRequest } from "../Hooks/Import.js"
 import { idempotent } from "../Idempotency/Http.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { sameSecret } from "../Ids.js"
+import { KeyBudgets } from "../Ledger/Budgets.js"
 import { Accounts } from "./Accounts.js"
 import { AdminAuthentication } from "./Api.js"
 
@@ -47,11 +48,19 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
     const accounts = yield* Accounts
     const auth = yield* Auth
     const catalog = yield* HookCatalog
+    const budgets = yield* KeyBudgets
     return handlers
       .handle("createAccount", ({ payload }) => idempotent(accounts.create(payload), payload))
       .handle("getAccount", ({ params }) => accounts.get(params.id))
       .handle("updateAccount", ({ params, payload }) => accounts.update(params.id, payload))
-      .handle("createKey", ({ params, payload }) => idempotent(accounts.createKey(params.id, payload.scopes), payload))
+      .handle("createKey", ({ params, payload }) => idempotent(accounts.createKey(params.id, payload.scopes, payload.spend_limit), payload))
+      .handle("updateKey", ({ params, payload }) =>
+        budgets.setLimit(params.id, payload.spend_limit).pipe(
+          Effect.flatMap(Option.match({
+            onNone: () => Effect.fail(new NotFound({ message: `No API key ${params.id}.` })),
+            onSome: Effect.succeed
+          }))
+        ))
       .handle("revokeKey", ({ params }) =>
         auth.revokeKey(params.id).pipe(
           Effect.orDie,

@@ -2,7 +2,7 @@
 import { Schema } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
-import { InsufficientCreditsWire, InvalidCursorWire, SearchTimedOutWire } from "../Errors.js"
+import { InsufficientCreditsWire, InvalidCursorWire, SearchTimedOutWire, SpendLimitReachedWire } from "../Errors.js"
 import { hookPrice, pagePriceText } from "../Ledger/Prices.js"
 import { Cursor, ListOf, strict, Timestamp } from "../Schemas.js"
 
@@ -121,7 +121,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
     HttpApiEndpoint.get("search", "/hooks/search", {
       query: SearchParams,
       success: HookList,
-      error: [InvalidCursorWire, InsufficientCreditsWire, SearchTimedOutWire]
+      error: [InvalidCursorWire, InsufficientCreditsWire, SpendLimitReachedWire, SearchTimedOutWire]
     })
       .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(AccessRule, needs("hooks:read"))
@@ -139,7 +139,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
     HttpApiEndpoint.get("list", "/hooks/list", {
       query: ListParams,
       success: HookList,
-      error: [InvalidCursorWire, InsufficientCreditsWire, SearchTimedOutWire]
+      error: [InvalidCursorWire, InsufficientCreditsWire, SpendLimitReachedWire, SearchTimedOutWire]
     })
       .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(AccessRule, needs("hooks:read"))
@@ -155,7 +155,7 @@ export class HooksApi extends HttpApiGroup.make("hooks")
     HttpApiEndpoint.get("get", "/hooks/:id", {
       params: { id: Schema.String },
       success: HookRich,
-      error: InsufficientCreditsWire
+      error: [InsufficientCreditsWire, SpendLimitReachedWire]
     })
       .annotate(AccessRule, needs("hooks:read"))
       .annotate(OpenApi.Summary, "Get a hook")

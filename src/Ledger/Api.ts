@@ -26,6 +26,22 @@ export const walletOf = (state: WalletState): Wallet => ({
   topup_balance: state.topup
 })
 
+export const KeySpend = Schema.Struct({
+  object: Schema.Literal("key_spend"),
+  key_id: Schema.String,
+  spend_limit: Schema.NullOr(Schema.Int).annotate({
+    description: "Credits the key may take per period; null: no limit. A request that would pass it is 402 spend_limit_reached."
+  }),
+  period_spent: Schema.Int.annotate({
+    description: "Credits the key's requests took in the current period: reserves, less what their holds gave back."
+  }),
+  period_end: Timestamp.annotate({
+    description: "When the period ends and the count starts again: the account's monthly period, or the calendar month " +
+      "(UTC) for an account without a monthly grant."
+  })
+}).annotate({ identifier: "KeySpend" })
+export type KeySpend = typeof KeySpend.Type
+
 export const TransactionType = Schema.Literals(["grant", "charge", "refund", "expiry"])
 export type TransactionType = typeof TransactionType.Type
 
@@ -98,13 +114,15 @@ export const transactionsDescription =
   "Keyset pages: `limit` 1 to 100 (default 50), `cursor` from next_cursor with the same filters; new transactions " +
   "never shift a page. Filters: `type`, `created[gte]`, `created[lte]`."
 
-export const UsageGroupBy = Schema.Literals(["day", "operation"])
+export const UsageGroupBy = Schema.Literals(["day", "operation", "key"])
 export type UsageGroupBy = typeof UsageGroupBy.Type
 
 export const UsageParams = Schema.Struct({
   from: Schema.optional(timestampInput("Start of the range (inclusive); 30 days before `to` when absent.")),
   to: Schema.optional(timestampInput("End of the range (exclusive); now when absent.")),
-  group_by: Schema.optional(UsageGroupBy.annotate({ description: "`day` (UTC, the default) or `operation`." }))
+  group_by: Schema.optional(UsageGroupBy.annotate({
+    description: "`day` (UTC, the default), `operation`, or `key` (the API key id; `none` for grants and expiries, which no key made)."
+  }))
 })
 export type UsageParams = typeof UsageParams.Type
 
@@ -135,8 +153,8 @@ export const UsageSummary = Schema.Struct({
 export type UsageSummary = typeof UsageSummary.Type
 
 export const usageDescription =
-  "Credits spent, refunded, granted and expired over a range (at most USAGE_MAX_RANGE_DAYS, 93 days), per UTC day or " +
-  "per operation, computed from the credit journal: `totals.net` is the balance change over the range. A request's " +
+  "Credits spent, refunded, granted and expired over a range (at most USAGE_MAX_RANGE_DAYS, 93 days), per UTC day, " +
+  "per operation or per API key, computed from the credit journal: `totals.net` is the balance change over the range. A request's " +
   "charge counts when reserved and its unused credits when given back. Bad or reversed dates, or a longer range, are 422."
 
 export const WalletAlert = Schema.Struct({
@@ -179,6 +197,15 @@ export class WalletApi extends HttpApiGroup.make("wallet")
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "Summarise credit usage")
       .annotate(OpenApi.Description, `${usageDescription} Costs 0. Any valid key. Stays available after plan loss.`)
+  )
+  .add(
+    HttpApiEndpoint.get("currentKey", "/keys/current", { success: KeySpend })
+      .annotate(AccessRule, needs(null, true))
+      .annotate(OpenApi.Summary, "Get the calling key's spend limit and spend")
+      .annotate(
+        OpenApi.Description,
+        "The calling key's spend limit and what it spent in the current period. Costs 0. Any valid key. Stays available after plan loss."
+      )
   )
   .add(
     HttpApiEndpoint.get("alert", "/wallet/alert", { success: WalletAlert })

@@ -43,6 +43,8 @@ export interface ReserveOptions {
   readonly operation: Operation
   readonly referenceId?: string | null
   readonly requestId?: string | null
+  /** The API key the debit counts against (its spend limit); none: no key's budget. */
+  readonly keyId?: string | null
   /** false: the hold has no timeout (a prediction's hold is resolved by its job's lifecycle). */
   readonly expires?: boolean
 }

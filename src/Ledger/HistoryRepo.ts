@@ -115,6 +115,8 @@ export const usageStatement = (sql: SqlClient.SqlClient, accountId: string, from
   // Grouped by the expression migration 0007 keeps statistics on (so the groups are hashed).
   const group = groupBy === "day"
     ? sql`(created_at AT TIME ZONE 'UTC')::date`
+    : groupBy === "key"
+    ? sql`COALESCE(key_id, 'none')`
     : sql`CASE operation WHEN 'hook' THEN 'get' WHEN 'prediction' THEN 'predict' ELSE COALESCE(operation, 'other') END`
   return sql`
     SELECT ${groupBy === "day" ? sql`to_char(${group}, 'YYYY-MM-DD')` : group} AS key,

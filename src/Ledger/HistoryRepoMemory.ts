@@ -249,7 +249,7 @@ const readStatements = (state: MemoryHistoryState) => {
           if (row.accountId !== accountId) continue
           const createdAt = stampOf(row).createdAt
           if (createdAt < from.getTime() || createdAt >= to.getTime()) continue
-          const key = groupBy === "day" ? new Date(createdAt).toISOString().slice(0, 10) : operationKey(row.operation)
+          const key = groupBy === "day" ? new Date(createdAt).toISOString().slice(0, 10) : groupBy === "key" ? row.keyId ?? "none" : operationKey(row.operation)
           const group = groups.get(key) ?? { spent: 0, refunded: 0, granted: 0, expired: 0, net: 0 }
           groups.set(key, group)
           const predictionRelease = row.entryType === "release" && row.operation === "prediction"

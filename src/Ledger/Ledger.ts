@@ -8,7 +8,7 @@
  * resolving statement matches `status = 'pending'` only.
  */
 import { Config, Context, Duration, Effect, Layer, Option } from "effect"
-import { InsufficientCredits, ValidationFailed } from "../Errors.js"
+import { InsufficientCredits, SpendLimitReached, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordCreditsCharged, recordHoldResolved } from "../Observability/Metrics.js"
 import { currentDate } from "../Repository.js"
@@ -80,10 +80,12 @@ const periodOperations = (repo: LedgerRepo["Service"]) => {
 const debitOperations = (repo: LedgerRepo["Service"], config: LedgerSettings) => {
   /**
    * Runs one debit statement; when the period has ended it rolls over and tries once more. Fails
-   * with InsufficientCredits (nothing changed) when the wallet is short.
+   * (nothing changed) with SpendLimitReached when the key's limit refused it, else with
+   * InsufficientCredits when the wallet is short.
    */
   const debit = <E, R>(
     accountId: string,
+    keyId: string | null,
     amount: number,
     verb: "costs" | "reserves",
     attempt: Effect.Effect<Option.Option<DebitRow>, E, R>
@@ -96,7 +98,14 @@ const debitOperations = (repo: LedgerRepo["Service"], config: LedgerSettings) =>
         row = yield* attempt
       }
       if (Option.isNone(row)) return yield* noWallet(accountId)
-      const { monthly_balance, topup_balance } = row.value
+      const { key_period_end, monthly_balance, over_limit, spend_limit, topup_balance } = row.value
+      if (over_limit && key_period_end !== null && keyId !== null) {
+        yield* repo.noteSpendLimitReached(keyId)
+        return yield* new SpendLimitReached({
+          message: `This request ${verb} ${amount} credits and would pass this key's spend limit of ${spend_limit} credits ` +
+            `for the period ending ${key_period_end.toISOString()}.`
+        })
+      }
       if (monthly_balance === null || topup_balance === null) {
         yield* repo.noteDepleted(accountId)
         return yield* new InsufficientCredits({ message: `This request ${verb} ${amount} credits and the wallet holds fewer.` })
@@ -109,14 +118,15 @@ const debitOperations = (repo: LedgerRepo["Service"], config: LedgerSettings) =>
     amount,
     operation: options.operation,
     referenceId: options.referenceId ?? null,
-    requestId: options.requestId ?? null
+    requestId: options.requestId ?? null,
+    keyId: options.keyId ?? null
   })
 
   /** Takes `amount` into a pending hold (monthly first, then top-up), to settle or refund later. */
   const reserve = tracedFn("Ledger.reserve", Effect.fnUntraced(function*(accountId: string, amount: number, options: ReserveOptions) {
     yield* Effect.annotateCurrentSpan({ accountId, amount })
     const holdId = newId("hold")
-    const balancesAfter = yield* debit(accountId, amount, "reserves", repo.reserveHold({
+    const balancesAfter = yield* debit(accountId, options.keyId ?? null, amount, "reserves", repo.reserveHold({
       ...debitFields(accountId, amount, options),
       holdId,
       expiresInSeconds: options.expires === false ? null : Duration.toMillis(config.holdTimeout) / 1000
@@ -130,7 +140,7 @@ const debitOperations = (repo: LedgerRepo["Service"], config: LedgerSettings) =>
    */
   const charge = tracedFn("Ledger.charge", Effect.fnUntraced(function*(accountId: string, amount: number, options: ReserveOptions) {
     yield* Effect.annotateCurrentSpan({ accountId, amount })
-    const balances = yield* debit(accountId, amount, "costs", repo.chargeAtOnce(debitFields(accountId, amount, options)))
+    const balances = yield* debit(accountId, options.keyId ?? null, amount, "costs", repo.chargeAtOnce(debitFields(accountId, amount, options)))
     yield* recordCreditsCharged(options.operation, amount)
     return balances
   }))

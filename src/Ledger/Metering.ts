@@ -33,7 +33,8 @@ export const metered = <A, E, R>(options: {
       ledger.reserve(caller.accountId, options.reserve, {
         operation: options.operation,
         referenceId: options.referenceId ?? null,
-        requestId
+        requestId,
+        keyId: caller.keyId
       }),
       (hold) =>
         Effect.gen(function*() {
@@ -54,7 +55,8 @@ export const metered = <A, E, R>(options: {
 
 /**
  * A fixed price taken at once, for work already done (a single hook): one statement, no hold,
- * with the X-Credits-* headers. Fails with InsufficientCredits when the wallet is short.
+ * with the X-Credits-* headers. Fails with InsufficientCredits when the wallet is short, or
+ * SpendLimitReached when the caller's key would pass its limit.
  */
 export const chargedAtOnce = (options: { readonly operation: Operation; readonly amount: number; readonly referenceId?: string }) =>
   Effect.gen(function*() {
@@ -64,7 +66,8 @@ export const chargedAtOnce = (options: { readonly operation: Operation; readonly
     const balances = yield* ledger.charge(caller.accountId, options.amount, {
       operation: options.operation,
       referenceId: options.referenceId ?? null,
-      requestId
+      requestId,
+      keyId: caller.keyId
     })
     yield* creditHeaders(options.amount, balances)
     yield* annotateRequestSpan(SpanAttributes.operation, options.operation)

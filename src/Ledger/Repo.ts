@@ -13,6 +13,7 @@ import { SqlClient, SqlSchema } from "effect/sql"
 import { newId } from "../Ids.js"
 import { atRepoBoundary } from "../Repository.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
+import { budgetStatements } from "./RepoBudgets.js"
 import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
 
 const AccountId = Schema.String
@@ -28,7 +29,8 @@ const Debit = Schema.Struct({
   amount: Schema.Int,
   operation: Operation,
   referenceId: Schema.NullOr(Schema.String),
-  requestId: Schema.NullOr(Schema.String)
+  requestId: Schema.NullOr(Schema.String),
+  keyId: Schema.NullOr(Schema.String)
 })
 
 const HoldDebit = Schema.Struct({
@@ -38,11 +40,17 @@ const HoldDebit = Schema.Struct({
   expiresInSeconds: Schema.NullOr(Schema.Number)
 })
 
-/** A debit's outcome: balances null when the wallet was short (nothing changed). */
+/**
+ * A debit's outcome: balances null when it was refused (nothing changed), `over_limit` when the
+ * key's spend limit refused it (with the limit and the end of the key's period).
+ */
 const DebitRow = Schema.Struct({
   rollover_due: Schema.Boolean,
   monthly_balance: Schema.NullOr(Schema.Number),
-  topup_balance: Schema.NullOr(Schema.Number)
+  topup_balance: Schema.NullOr(Schema.Number),
+  over_limit: Schema.Boolean,
+  spend_limit: Schema.NullOr(Schema.Number),
+  key_period_end: Schema.NullOr(Schema.Date)
 })
 
 export type DebitRow = typeof DebitRow.Type
@@ -242,7 +250,12 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   return {
-    ...atRepoBoundary("LedgerRepo", { ...walletStatements(sql), ...holdStatements(sql), ...grantStatements(sql) }),
+    ...atRepoBoundary("LedgerRepo", {
+      ...walletStatements(sql),
+      ...holdStatements(sql),
+      ...grantStatements(sql),
+      ...budgetStatements(sql)
+    }),
     /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
     withTransaction: sql.withTransaction
   }

@@ -6,9 +6,9 @@
  * A transaction here is all or nothing too: the state is restored when the effect fails.
  */
 import { Clock, Effect, Exit, Layer, Option } from "effect"
-import type { Bucket } from "./Domain.js"
-import { maxBalance } from "./Domain.js"
+import { type Bucket, maxBalance } from "./Domain.js"
 import { LedgerRepo } from "./Repo.js"
+import { budgetsOf, keyPeriodEnd, type MemoryBudgetsState } from "./RepoBudgetsMemory.js"
 
 export interface MemoryWallet {
   monthly: number
@@ -29,6 +29,9 @@ export interface MemoryHold {
   readonly expiresAt: number | null
   /** The wallet's period end when the hold was opened. */
   readonly periodEnd: number | null
+  /** The key it counted against, and that key's period end then. */
+  readonly keyId: string | null
+  readonly keyPeriodEnd: number | null
   status: "pending" | "settled" | "refunded" | "voided"
 }
 
@@ -43,9 +46,10 @@ export interface MemoryJournalRow {
   readonly operation: string
   readonly referenceId: string | null
   readonly reason: string | null
+  readonly keyId: string | null
 }
 
-export interface MemoryLedgerState {
+export interface MemoryLedgerState extends MemoryBudgetsState {
   wallets: Map<string, MemoryWallet>
   holds: Map<string, MemoryHold>
   journal: Array<MemoryJournalRow>
@@ -69,15 +73,17 @@ const copyState = (state: MemoryLedgerState): MemoryLedgerState => ({
   wallets: new Map([...state.wallets].map(([id, wallet]) => [id, { ...wallet }])),
   holds: new Map([...state.holds].map(([id, hold]) => [id, { ...hold }])),
   journal: [...state.journal],
-  depleted: [...state.depleted]
+  depleted: [...state.depleted],
+  budgets: new Map([...state.budgets].map(([id, budget]) => [id, { ...budget }])),
+  limitEvents: [...state.limitEvents]
 })
 
 type Repo = LedgerRepo["Service"]
 type DebitInput = Parameters<Repo["chargeAtOnce"]>[0]
 
 const walletStatements = (state: MemoryLedgerState) => {
-  const journal = (row: Omit<MemoryJournalRow, "holdId" | "referenceId"> & Partial<MemoryJournalRow>) =>
-    state.journal.push({ holdId: null, referenceId: null, ...row })
+  const journal = (row: Omit<MemoryJournalRow, "holdId" | "referenceId" | "keyId"> & Partial<MemoryJournalRow>) =>
+    state.journal.push({ holdId: null, referenceId: null, keyId: null, ...row })
 
   /** Ends the period: unused monthly credits expire, the grant is credited, the period moves on. */
   const newPeriod = (accountId: string, wallet: MemoryWallet, reason: { expire: string; grant: string }) => {
@@ -139,40 +145,50 @@ const walletStatements = (state: MemoryLedgerState) => {
   }
 }
 
-const holdStatements = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"]) => {
-  /** Monthly first, then top-up; refused (balances null) when short or when the period has ended. */
-  const debit = (input: DebitInput, hold: { readonly holdId: string; readonly expiresInSeconds: number | null } | null) =>
-    Effect.map(Clock.currentTimeMillis, (now) => {
-      const wallet = state.wallets.get(input.accountId)
-      if (wallet === undefined) return Option.none()
-      if (wallet.periodEnd !== null && wallet.periodEnd <= now) {
-        return Option.some({ rollover_due: true, monthly_balance: null, topup_balance: null })
-      }
-      if (wallet.monthly + wallet.topup < input.amount) return Option.some({ rollover_due: false, monthly_balance: null, topup_balance: null })
-      const fromMonthly = Math.min(wallet.monthly, input.amount)
-      const fromTopup = input.amount - fromMonthly
-      const topupBefore = wallet.topup
-      wallet.monthly -= fromMonthly
-      wallet.topup -= fromTopup
-      const holdId = hold?.holdId ?? null
-      if (hold !== null) {
-        state.holds.set(hold.holdId, {
-          id: hold.holdId,
-          accountId: input.accountId,
-          monthlyAmount: fromMonthly,
-          topupAmount: fromTopup,
-          operation: input.operation,
-          expiresAt: hold.expiresInSeconds === null ? null : now + hold.expiresInSeconds * 1000,
-          periodEnd: wallet.periodEnd,
-          status: "pending"
-        })
-      }
-      const row = { accountId: input.accountId, entryType: "reserve", holdId, operation: input.operation, referenceId: input.referenceId, reason: null } as const
-      if (fromMonthly > 0) journal({ ...row, bucket: "monthly", amount: -fromMonthly, monthlyAfter: wallet.monthly, topupAfter: topupBefore })
-      if (fromTopup > 0) journal({ ...row, bucket: "topup", amount: -fromTopup, monthlyAfter: wallet.monthly, topupAfter: wallet.topup })
-      return Option.some({ rollover_due: false, monthly_balance: wallet.monthly, topup_balance: wallet.topup })
-    })
+type Budgets = ReturnType<typeof budgetsOf>
 
+/** Monthly first, then top-up; refused (balances null) when short, past the key's limit, or when the period has ended. */
+const debitIn = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"], budgets: Budgets) =>
+(input: DebitInput, hold: { readonly holdId: string; readonly expiresInSeconds: number | null } | null) =>
+  Effect.map(Clock.currentTimeMillis, (now) => {
+    const wallet = state.wallets.get(input.accountId)
+    if (wallet === undefined) return Option.none()
+    const key = budgets.check(input.keyId, keyPeriodEnd(wallet.periodEnd, now), input.amount)
+    const limit = { spend_limit: key?.budget.limit ?? null, key_period_end: key === null ? null : new Date(key.periodEnd) }
+    const refused = (rolloverDue: boolean) =>
+      Option.some({ rollover_due: rolloverDue, monthly_balance: null, topup_balance: null, over_limit: key?.overLimit ?? false, ...limit })
+    if (wallet.periodEnd !== null && wallet.periodEnd <= now) return refused(true)
+    if (wallet.monthly + wallet.topup < input.amount || key?.overLimit === true) return refused(false)
+    if (key !== null) Object.assign(key.budget, { spent: key.spent + input.amount, periodEnd: key.periodEnd })
+    const { accountId, keyId, operation, referenceId } = input
+    const fromMonthly = Math.min(wallet.monthly, input.amount)
+    const fromTopup = input.amount - fromMonthly
+    const topupBefore = wallet.topup
+    wallet.monthly -= fromMonthly
+    wallet.topup -= fromTopup
+    const holdId = hold?.holdId ?? null
+    if (hold !== null) {
+      state.holds.set(hold.holdId, {
+        id: hold.holdId,
+        accountId,
+        monthlyAmount: fromMonthly,
+        topupAmount: fromTopup,
+        operation,
+        expiresAt: hold.expiresInSeconds === null ? null : now + hold.expiresInSeconds * 1000,
+        periodEnd: wallet.periodEnd,
+        keyId,
+        keyPeriodEnd: key?.periodEnd ?? null,
+        status: "pending"
+      })
+    }
+    const row = { accountId, entryType: "reserve", holdId, operation, referenceId, reason: null, keyId } as const
+    if (fromMonthly > 0) journal({ ...row, bucket: "monthly", amount: -fromMonthly, monthlyAfter: wallet.monthly, topupAfter: topupBefore })
+    if (fromTopup > 0) journal({ ...row, bucket: "topup", amount: -fromTopup, monthlyAfter: wallet.monthly, topupAfter: wallet.topup })
+    return Option.some({ rollover_due: false, monthly_balance: wallet.monthly, topup_balance: wallet.topup, over_limit: false, ...limit })
+  })
+
+const holdStatements = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"], budgets: Budgets) => {
+  const debit = debitIn(state, journal, budgets)
   /** Posts `charge` (monthly first) and releases the rest; a monthly rest from an ended period expires at once. */
   const resolve = (holdId: string, charge: number, status: "settled" | "refunded" | "voided") =>
     Effect.sync(() => {
@@ -189,7 +205,8 @@ const holdStatements = (state: MemoryLedgerState, journal: ReturnType<typeof wal
       const keptMonthly = lapsed ? 0 : backMonthly
       wallet.monthly += keptMonthly
       wallet.topup += backTopup
-      const row = { accountId: hold.accountId, holdId, operation: hold.operation, referenceId: null, topupAfter: wallet.topup } as const
+      budgets.giveBack(hold.keyId, hold.keyPeriodEnd, backMonthly + backTopup)
+      const row = { accountId: hold.accountId, holdId, operation: hold.operation, referenceId: null, topupAfter: wallet.topup, keyId: hold.keyId } as const
       if (backTopup > 0) {
         journal({ ...row, entryType: "release", bucket: "topup", amount: backTopup, monthlyAfter: wallet.monthly - keptMonthly, reason: null })
       }
@@ -257,13 +274,18 @@ const grantStatements = (state: MemoryLedgerState, journal: ReturnType<typeof wa
   }
 }
 
-/** A fresh in-memory ledger: its layer, and its state for a test to read. */
-export const makeLedgerRepoInMemory = () => {
-  const state: MemoryLedgerState = { wallets: new Map(), holds: new Map(), journal: [], depleted: [] }
+/**
+ * A fresh in-memory ledger: its layer, and its state for a test to read. `keys` are the API keys
+ * debits may count against (the KeysRepo memory's `state.keys`); a key not there has no budget.
+ */
+export const makeLedgerRepoInMemory = (keys: ReadonlyMap<string, { readonly accountId: string }> = new Map()) => {
+  const state: MemoryLedgerState = { wallets: new Map(), holds: new Map(), journal: [], depleted: [], budgets: new Map(), limitEvents: [] }
   const wallets = walletStatements(state)
+  const budgets = budgetsOf(state, keys, (accountId) => state.wallets.get(accountId)?.periodEnd)
   const repo: Repo = {
     ...wallets.statements,
-    ...holdStatements(state, wallets.journal),
+    ...holdStatements(state, wallets.journal, budgets),
+    ...budgets.statements,
     ...grantStatements(state, wallets.journal),
     withTransaction: (effect) =>
       Effect.suspend(() => {

@@ -48,11 +48,30 @@ export interface DebitInput {
   readonly operation: string
   readonly referenceId: string | null
   readonly requestId: string | null
+  /** The API key the debit counts against (its spend limit); null: none (an admin's debit). */
+  readonly keyId: string | null
 }
 
 /**
+ * The key's budget, locked after the wallet (the join needs the wallet's row first): its limit,
+ * what it spent in the current period (0 when its count is from an earlier period) and that
+ * period's end. NO KEY UPDATE: foreign-key checks on the key (a new prediction) do not wait on it.
+ */
+const keyBudgetCte = (sql: SqlClient.SqlClient, keyId: string | null) =>
+  keyId === null
+    ? sql`budget AS (SELECT NULL::bigint AS lim, 0::bigint AS spent, NULL::timestamptz AS kpe WHERE false)`
+    : sql`budget AS (
+        SELECT k.spend_limit AS lim, CASE WHEN k.spend_period_end = b.kpe THEN k.period_spent ELSE 0 END AS spent, b.kpe
+          FROM api_keys k JOIN (SELECT hookline_key_period_end(pe) AS kpe FROM old) b ON true
+         WHERE k.id = ${keyId}
+           FOR NO KEY UPDATE OF k
+      )`
+
+/**
  * Takes `amount` from the wallet: monthly first, then top-up. The wallet row is locked and
- * re-read, updated only when the total covers the amount and the period has not ended, and its
+ * re-read, updated only when the total covers the amount, the period has not ended and the
+ * key's spend in its period stays within its limit (the key row is locked and counted in the
+ * same statement; `over_limit` says it was the limit that refused), and its
  * journal rows (and, with `hold`, the pending hold, which remembers the period it was opened in)
  * are written alongside. No row: no wallet. `rollover_due`: nothing changed, roll over first.
  * Balances null: the wallet is short, nothing changed. Without a hold the journal rows are
@@ -77,9 +96,10 @@ export const debitStatement = (
   const holdCte = hold === null
     ? sql`hold AS (SELECT NULL::text AS id)`
     : sql`hold AS (
-        INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
+        INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end,
+                           key_id, key_period_end)
         SELECT ${hold.holdId}, ${accountId}, from_monthly, from_topup, ${operation},
-               ${debit.referenceId}, ${debit.requestId}, ${hold.expiresAt}, period_end
+               ${debit.referenceId}, ${debit.requestId}, ${hold.expiresAt}, period_end, ${debit.keyId}, key_period_end
           FROM upd${hold.commitWithoutFlush ? sql`, ${sql.literal(commitWithoutFlush)}` : sql``}
         RETURNING id
       )`
@@ -88,31 +108,40 @@ export const debitStatement = (
       SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
         FROM wallets WHERE account_id = ${accountId} FOR UPDATE
     ),
+    ${keyBudgetCte(sql, debit.keyId)},
     upd AS (
       UPDATE wallets w
          SET monthly_balance = o.m - LEAST(o.m, ${amount}),
              topup_balance = o.t - (${amount} - LEAST(o.m, ${amount}))
-        FROM old o
+        FROM old o LEFT JOIN budget k ON true
        WHERE w.account_id = ${accountId}
          AND o.m + o.t >= ${amount}
          AND (o.pe IS NULL OR o.pe > now())
+         AND (k.lim IS NULL OR k.spent + ${amount} <= k.lim)
       RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
-                w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end
+                w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end,
+                k.spent AS key_spent, k.kpe AS key_period_end
+    ),
+    key_spend AS (
+      UPDATE api_keys SET period_spent = u.key_spent + ${amount}, spend_period_end = u.key_period_end
+        FROM upd u WHERE api_keys.id = ${debit.keyId} AND u.key_period_end IS NOT NULL
+      RETURNING 1
     ),
     ${holdCte},
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, key_id)
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
         FROM upd WHERE from_monthly > 0
       UNION ALL
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
         FROM upd WHERE from_topup > 0
       RETURNING 1
     )
-    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance
-      FROM old o LEFT JOIN upd u ON true`
+    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance,
+           COALESCE(k.spent + ${amount} > k.lim, false) AS over_limit, k.lim AS spend_limit, k.kpe AS key_period_end
+      FROM old o LEFT JOIN upd u ON true LEFT JOIN budget k ON true`
 }
 
 /**
@@ -122,7 +151,8 @@ export const debitStatement = (
  *
  * The wallet row is locked first, so a rollover is either wholly before or wholly after: a hold
  * opened in an earlier monthly period (the wallet's period end moved since) releases its monthly
- * rest and expires it at once, journaled, instead of adding it to the new grant. A settled
+ * rest and expires it at once, journaled, instead of adding it to the new grant. What the hold
+ * gives back is given back to its key's budget too, when the key is still in the hold's period. A settled
  * request charge draws its place in the credit history (`history_seq`) here.
  */
 export const resolveStatement = (
@@ -150,7 +180,7 @@ export const resolveStatement = (
       RETURNING holds.account_id, holds.operation, holds.reference_id, holds.request_id,
                 holds.monthly_amount - LEAST(holds.monthly_amount, ${charge}) AS back_m,
                 holds.topup_amount - (${charge} - LEAST(holds.monthly_amount, ${charge})) AS back_t,
-                holds.period_end IS DISTINCT FROM cur.pe AS lapsed
+                holds.period_end IS DISTINCT FROM cur.pe AS lapsed, holds.key_id, holds.key_period_end
     ),
     k AS (
       SELECT h.*, CASE WHEN h.lapsed THEN 0 ELSE h.back_m END AS kept_m FROM h
@@ -160,18 +190,23 @@ export const resolveStatement = (
         FROM k WHERE wallets.account_id = k.account_id
       RETURNING wallets.monthly_balance, wallets.topup_balance
     ),
+    key_back AS (
+      UPDATE api_keys SET period_spent = period_spent - (h.back_m + h.back_t)
+        FROM h WHERE api_keys.id = h.key_id AND api_keys.spend_period_end = h.key_period_end AND h.back_m + h.back_t > 0
+      RETURNING 1
+    ),
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason, key_id)
       SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
         FROM k, w WHERE k.back_t > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
         FROM k, w WHERE k.back_m > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'expire', 'monthly', -k.back_m, w.monthly_balance, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held'
+             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held', k.key_id
         FROM k, w WHERE k.back_m > 0 AND k.lapsed
       RETURNING 1
     )

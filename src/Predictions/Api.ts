@@ -6,6 +6,7 @@ import {
   AuthorizationNotAllowedWire,
   InsufficientCreditsWire,
   PayloadTooLargeWire,
+  SpendLimitReachedWire,
   TooManyPendingUploadsWire,
   UnpaidClipsLimitWire,
   UnsupportedMediaTypeWire,
@@ -105,7 +106,7 @@ export class PredictApi extends HttpApiGroup.make("predict")
     HttpApiEndpoint.post("retryStart", "/predict", {
       payload: RetryStart,
       success: Prediction,
-      error: InsufficientCreditsWire
+      error: [InsufficientCreditsWire, SpendLimitReachedWire]
     })
       .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(AccessRule, needs("predict:write"))

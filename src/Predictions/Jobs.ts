@@ -53,15 +53,17 @@ const queueing = ({ ledger, mode, repo }: Dependencies) => {
 
   /**
    * awaiting_upload → queued, inside the caller's transaction with the row locked and its file
-   * landed: reserves the credits. Fails with InsufficientCredits, having changed nothing, when
-   * the wallet is short.
+   * landed: reserves the credits, counted against the key that created the job. Fails, having
+   * changed nothing, with InsufficientCredits when the wallet is short, or SpendLimitReached when
+   * the key would pass its spend limit.
    */
-  const queue = (predictionId: string, accountId: string, requestId: string | null) =>
+  const queue = (predictionId: string, accountId: string, keyId: string, requestId: string | null) =>
     Effect.gen(function*() {
       const hold = yield* ledger.reserve(accountId, predictionPrice, {
         operation: "prediction",
         referenceId: predictionId,
         requestId,
+        keyId,
         expires: false
       })
       // The job's trace links back to the request that queued it.
@@ -81,7 +83,7 @@ const queueing = ({ ledger, mode, repo }: Dependencies) => {
     Effect.gen(function*() {
       const locked = yield* repo.lockForLanding(predictionId)
       if (Option.isNone(locked) || locked.value.status !== "awaiting_upload") return Option.none()
-      const reserved = yield* Effect.result(queue(predictionId, locked.value.account_id, requestId))
+      const reserved = yield* Effect.result(queue(predictionId, locked.value.account_id, locked.value.key_id, requestId))
       return Option.some({ accountId: locked.value.account_id, reserved })
     })
 
@@ -173,7 +175,7 @@ const requests = (
             message: "upload_id: the file has not landed yet; PUT it to the upload_url first."
           })
         }
-        const hold = yield* queue(row.prediction_id, caller.accountId, requestId)
+        const hold = yield* queue(row.prediction_id, caller.accountId, caller.keyId, requestId)
         return { predictionId: row.prediction_id, hold }
       }).pipe(sql.withTransaction)
       if (outcome.hold !== null) yield* signal.wake

@@ -91,9 +91,9 @@ const reads = (sql: SqlClient.SqlClient) => {
   /** A landing may queue the job only while its key is live and its account not suspended. */
   const lockForLanding = SqlSchema.findOneOption({
     Request: Schema.String,
-    Result: Schema.Struct({ status: Schema.String, account_id: Schema.String }),
+    Result: Schema.Struct({ status: Schema.String, account_id: Schema.String, key_id: Schema.String }),
     execute: (id) =>
-      sql`SELECT p.status, p.account_id FROM predictions p JOIN api_keys k ON k.id = p.key_id JOIN accounts a ON a.id = p.account_id
+      sql`SELECT p.status, p.account_id, p.key_id FROM predictions p JOIN api_keys k ON k.id = p.key_id JOIN accounts a ON a.id = p.account_id
            WHERE p.id = ${id} AND k.revoked_at IS NULL AND NOT a.suspended FOR UPDATE OF p`
   })
 

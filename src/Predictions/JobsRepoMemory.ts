@@ -63,7 +63,7 @@ const reads = (state: MemoryPredictionsState) => ({
     Effect.sync(() => {
       const prediction = state.predictions.get(id)
       if (prediction === undefined || !keyIsLive(state, prediction.keyId, prediction.accountId)) return Option.none()
-      return Option.some({ status: prediction.status, account_id: prediction.accountId })
+      return Option.some({ status: prediction.status, account_id: prediction.accountId, key_id: prediction.keyId })
     }),
   lockForRetryStart: ({ createdAfter, keyId, uploadId }: Parameters<Repo["lockForRetryStart"]>[0]) =>
     Effect.sync(() => {

@@ -7,7 +7,13 @@ import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
 import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
 
 /** Every event type a webhook can receive. */
-export const EventType = Schema.Literals(["prediction.succeeded", "prediction.failed", "wallet.low_balance", "wallet.depleted"])
+export const EventType = Schema.Literals([
+  "prediction.succeeded",
+  "prediction.failed",
+  "wallet.low_balance",
+  "wallet.depleted",
+  "key.spend_limit_reached"
+])
 export type EventType = typeof EventType.Type
 
 /** A webhook's event selection: event types, or "*" for all (also those added later). */
