@@ -26,7 +26,7 @@ import {
   waitFor,
   waitForStatus
 } from "./support/predictions.js"
-import { type FakeS3, startFakeS3 } from "./support/s3.js"
+import { startS3, type TestS3 } from "./support/s3.js"
 import { type ApiKeyBody, type TestServer, startTestServer, type UploadLink } from "./support/server.js"
 
 const sha256 = (bytes: Uint8Array) => new Bun.CryptoHasher("sha256").update(bytes).digest("hex")
@@ -198,20 +198,16 @@ describe("free storage: clips kept while credits are short (item 4)", () => {
 })
 
 describe("presigned S3 uploads (items 5 and 6)", () => {
-  let s3: FakeS3
+  let s3: TestS3
   let server: TestServer
   const scorer = recordingScorer()
   const pendingPerKey = 100
 
   beforeAll(async () => {
-    s3 = startFakeS3()
+    s3 = await startS3()
     server = await startTestServer({
       ...fastBackground,
-      S3_BUCKET: s3.bucket,
-      S3_ENDPOINT: s3.endpoint,
-      S3_REGION: "us-east-1",
-      S3_ACCESS_KEY_ID: "test-access-key",
-      S3_SECRET_ACCESS_KEY: "test-secret-key",
+      ...s3.env(),
       S3_UPLOAD_WATCH_INTERVAL: "100 millis",
       WORKER_CONCURRENCY: "1",
       PENDING_UPLOADS_PER_KEY: String(pendingPerKey)
@@ -239,7 +235,7 @@ describe("presigned S3 uploads (items 5 and 6)", () => {
     const swapped = new Uint8Array(2_000_000)
     swapped.set(original.subarray(0, 64))
     expect((await fetch(link.upload_url, { method: "PUT", body: swapped })).status).toBe(200)
-    await waitFor("the swapped object to be swept", async () => s3.objects.has(`uploads/${link.upload_id}`) ? undefined : true)
+    await waitFor("the swapped object to be swept", async () => (await s3.has(`uploads/${link.upload_id}`)) ? undefined : true)
 
     await scorer.releaseNext()
     scorer.releaseAll()
@@ -248,9 +244,9 @@ describe("presigned S3 uploads (items 5 and 6)", () => {
 
     // A PUT after the job ended: its object is deleted too.
     expect((await fetch(link.upload_url, { method: "PUT", body: swapped })).status).toBe(200)
-    await waitFor("the late object to be swept", async () => s3.objects.has(`uploads/${link.upload_id}`) ? undefined : true)
+    await waitFor("the late object to be swept", async () => (await s3.has(`uploads/${link.upload_id}`)) ? undefined : true)
     await waitFor("the job's object to be deleted", async () =>
-      [...s3.objects.keys()].some((key) => key.includes(link.prediction_id) || key.includes(link.upload_id)) ? undefined : true)
+      (await s3.keys()).some((key) => key.includes(link.prediction_id) || key.includes(link.upload_id)) ? undefined : true)
     await expectWallet(server.db, attacker.accountId, { monthly: 80, topup: 0, pendingHolds: 0 })
     expect(await journalOf(server.db, link.prediction_id)).toEqual([{ entry_type: "reserve", bucket: "monthly", amount: -20 }])
     await expectUp(server, attacker.key)
@@ -272,7 +268,7 @@ describe("presigned S3 uploads (items 5 and 6)", () => {
       expect(kept.body).toMatchObject({ status: "awaiting_upload", input: { duration_sec: null } })
     }
     await waitFor("the refused clip's objects to be deleted", async () =>
-      [...s3.objects.keys()].some((key) => key.includes(over.prediction_id) || key.includes(over.upload_id)) ? undefined : true)
+      (await s3.keys()).some((key) => key.includes(over.prediction_id) || key.includes(over.upload_id)) ? undefined : true)
     expectEnvelope(await server.request("/v1/predict/upload", { method: "POST", key: poor.key }), 429, "unpaid_clips_limit")
     await expectWallet(server.db, poor.accountId, { monthly: 0, topup: 0, pendingHolds: 0 })
     for (const link of links) expect(await journalOf(server.db, link.prediction_id)).toEqual([])

@@ -14,7 +14,7 @@ import {
 import { type ClipScore, ClipScorer, ScoreFailure, type ScoreFailureType } from "../src/Predictions/Scorer.js"
 import { sniffMediaKind } from "../src/Predictions/MediaCheck.js"
 import { type Clip, type ClipSet, makeClips } from "./support/clips.js"
-import { type FakeS3, startFakeS3 } from "./support/s3.js"
+import { startS3, type TestS3 } from "./support/s3.js"
 import {
   type ApiKeyBody,
   createDatabase,
@@ -867,20 +867,13 @@ describe("several server processes on one database", () => {
   })
 })
 
-describe("clips in S3-compatible object storage", () => {
-  let s3: FakeS3
-  const s3Env = () => ({
-    ...fastBackground,
-    S3_BUCKET: s3.bucket,
-    S3_ENDPOINT: s3.endpoint,
-    S3_REGION: "us-east-1",
-    S3_ACCESS_KEY_ID: "test-access-key",
-    S3_SECRET_ACCESS_KEY: "test-secret-key",
-    S3_UPLOAD_WATCH_INTERVAL: "100 millis"
-  })
+describe("clips in S3-compatible object storage (s3rver: the real protocol, signatures checked)", () => {
+  let s3: TestS3
+  const s3Env = () => ({ ...fastBackground, ...s3.env(), S3_UPLOAD_WATCH_INTERVAL: "100 millis" })
+  const gone = (key: string) => async () => (await s3.has(key)) ? undefined : true
 
-  beforeAll(() => {
-    s3 = startFakeS3()
+  beforeAll(async () => {
+    s3 = await startS3()
   })
   afterAll(() => s3.stop())
 
@@ -894,7 +887,7 @@ describe("clips in S3-compatible object storage", () => {
     })
     afterAll(() => server.close())
 
-    test("upload_url is a presigned PUT on the bucket; the watcher lands the object, the real scorer reads it, the object is deleted", async () => {
+    test("upload_url is a presigned PUT the store accepts; the watcher lands the object, the real scorer reads it, both objects are deleted", async () => {
       const link = await createLink(server, owner.key)
       const url = new URL(link.upload_url)
       expect(`${url.origin}${url.pathname}`).toBe(`${s3.endpoint}/${s3.bucket}/uploads/${link.upload_id}`)
@@ -907,7 +900,27 @@ describe("clips in S3-compatible object storage", () => {
       expect(Math.abs(done.result!.hook_duration_sec! - 1.6)).toBeLessThanOrEqual(1 / 25)
       expect(await uploadRow(server.db, link.upload_id)).toMatchObject({ status: "received", media_kind: "mp4" })
       await expectWallet(server.db, owner.accountId, { monthly: 980, topup: 0, pendingHolds: 0 })
-      await waitFor("the object to be deleted", async () => s3.objects.has(`uploads/${link.upload_id}`) ? undefined : true)
+      await waitFor("the uploaded object to be deleted", gone(`uploads/${link.upload_id}`))
+      await waitFor("the job's copy to be deleted", gone(`jobs/${link.prediction_id}`))
+    })
+
+    test("a PUT whose signature was changed is refused by the store and reaches no job; the link as given still works", async () => {
+      const link = await createLink(server, owner.key)
+      const signature = new URL(link.upload_url).searchParams.get("X-Amz-Signature")!
+      const flipped = `${signature[0] === "0" ? "1" : "0"}${signature.slice(1)}`
+      const tampered = link.upload_url.replace(`X-Amz-Signature=${signature}`, `X-Amz-Signature=${flipped}`)
+      const refused = await fetch(tampered, { method: "PUT", body: readFileSync(clips.cutMp4.path) })
+      expect(refused.status).toBe(403)
+      expect(await refused.text()).toContain("<Code>SignatureDoesNotMatch</Code>")
+      expect(await s3.has(`uploads/${link.upload_id}`)).toBe(false)
+      // A changed signed header (the host) is refused the same way.
+      const otherHost = link.upload_url.replace("http://127.0.0.1:", "http://localhost:")
+      expect((await fetch(otherHost, { method: "PUT", body: "x" })).status).toBe(403)
+      expect((await getPrediction(server, owner.key, link.prediction_id)).body.status).toBe("awaiting_upload")
+      expect(await journalOf(server.db, link.prediction_id)).toEqual([])
+
+      expect((await fetch(link.upload_url, { method: "PUT", body: readFileSync(clips.cutMp4.path) })).status).toBe(200)
+      await waitForStatus(server, owner.key, link.prediction_id, "succeeded")
     })
 
     test("an object that is not a video fails the job with unsupported_media and nothing reserved", async () => {
@@ -916,7 +929,7 @@ describe("clips in S3-compatible object storage", () => {
       const failed = await waitForStatus(server, owner.key, link.prediction_id, "failed")
       expect(failed.error).toEqual({ type: "unsupported_media", message: "The file is not an MP4, MOV or WebM video." })
       expect(await journalOf(server.db, link.prediction_id)).toEqual([])
-      await waitFor("the object to be deleted", async () => s3.objects.has(`uploads/${link.upload_id}`) ? undefined : true)
+      await waitFor("the object to be deleted", gone(`uploads/${link.upload_id}`))
     })
 
     test("a link that expires with no object fails with upload_expired", async () => {
@@ -926,6 +939,27 @@ describe("clips in S3-compatible object storage", () => {
       expect(failed.error!.type).toBe("upload_expired")
       expect(await journalOf(server.db, link.prediction_id)).toEqual([])
     })
+  })
+
+  test("an expired presigned link is refused by the store; the prediction fails with upload_expired, nothing charged", async () => {
+    const server = await startTestServer({ ...s3Env(), UPLOAD_LINK_TTL: "1 second" })
+    try {
+      const owner = await server.account({ plan: "pro", monthly_balance: 100 })
+      const link = await createLink(server, owner.key)
+      const url = new URL(link.upload_url)
+      expect(url.searchParams.get("X-Amz-Expires")).toBe("1")
+      const signedAt = Date.parse(url.searchParams.get("X-Amz-Date")!.replace(/^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/, "$1-$2-$3T$4:$5:$6Z"))
+      await waitFor("the link's time to pass", async () => Date.now() > signedAt + 2_000 ? true : undefined)
+      const refused = await fetch(link.upload_url, { method: "PUT", body: readFileSync(clips.cutMp4.path) })
+      expect(refused.status).toBe(403)
+      expect(await refused.text()).toContain("Request has expired")
+      const failed = await waitForStatus(server, owner.key, link.prediction_id, "failed")
+      expect(failed.error!.type).toBe("upload_expired")
+      expect(await s3.has(`uploads/${link.upload_id}`)).toBe(false)
+      await expectWallet(server.db, owner.accountId, { monthly: 100, topup: 0, pendingHolds: 0 })
+    } finally {
+      await server.close()
+    }
   })
 
   describe("uploads through the server (S3_UPLOAD_MODE=proxy)", () => {
@@ -945,13 +979,13 @@ describe("clips in S3-compatible object storage", () => {
       const oversized = new Uint8Array(1_200_000)
       oversized.set(readFileSync(clips.cutMp4.path).subarray(0, 64))
       expectEnvelope(await put(link.upload_url, new Blob([oversized]).stream()), 413, "payload_too_large")
-      expect(s3.objects.has(`uploads/${link.upload_id}`)).toBe(false)
+      expect(await s3.has(`uploads/${link.upload_id}`)).toBe(false)
 
       expectReceived(await putClip(link.upload_url, clips.cutMov), link)
-      expect(s3.objects.get(`uploads/${link.upload_id}`)?.length).toBe(readFileSync(clips.cutMov.path).length)
+      expect(await s3.size(`uploads/${link.upload_id}`)).toBe(readFileSync(clips.cutMov.path).length)
       const done = await waitForStatus(server, owner.key, link.prediction_id, "succeeded")
       expect(Math.abs(done.result!.hook_duration_sec! - 2.4)).toBeLessThanOrEqual(1 / 30)
-      await waitFor("the object to be deleted", async () => s3.objects.has(`uploads/${link.upload_id}`) ? undefined : true)
+      await waitFor("the object to be deleted", gone(`uploads/${link.upload_id}`))
     })
   })
 })

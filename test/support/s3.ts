@@ -1,94 +1,138 @@
 /**
- * A small S3-compatible object store for tests, on loopback: path-style `/<bucket>/<key>` with
- * PUT (plain and presigned), HEAD, GET (with a byte range), DELETE and ListObjectsV2 (prefix,
- * max-keys, continuation token), objects in memory. As real S3 does, a presigned PUT can be
- * repeated until the link expires: each one replaces the object. It checks that requests are
- * signed (header or presigned query) but not the signatures, and leaves out multipart uploads
- * (Bun's client sends objects under its part size in one PUT).
+ * An S3-compatible store for tests that speaks the real protocol: `@20minutes/s3rver` (a
+ * devDependency) in this process, on a random loopback port, its objects in a temporary directory,
+ * the bucket created up front (`configureBuckets`). It checks SigV4 signatures, header and
+ * presigned alike: a tampered signature, a wrong secret, a changed signed header or an expired
+ * link get 403, as from S3.
+ *
+ * Two corrections to the server, kept here. First, for SigV4 it rebuilds the canonical URI from the
+ * route's bucket and key, which drops a trailing slash. Bun's client lists a bucket with
+ * `GET /clips/?list-type=2&…` and signs the path it sends, `/clips/`, as SigV4 prescribes (the
+ * path as sent; S3 does not normalise it); the server checked the signature over `/clips` and
+ * answered SignatureDoesNotMatch to every listing. The wrapper below hands the server's check
+ * the path as sent for bucket-level requests; every other request is checked unchanged.
+ * Second, it lists objects in directory order (`readdir`, unsorted), where S3 lists them in key
+ * order (and its own `start-after` and page cut assume that order): the watcher lands a round's
+ * uploads in the order they were made, and tests rely on that as on S3.
+ *
+ * Two key pairs: the server's own (every permission) and one whose policy denies listing the
+ * bucket, for the tests of a bucket the configured credentials cannot fully use.
  */
+import { mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { createRequire } from "node:module"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 
-export interface FakeS3 {
+const require = createRequire(import.meta.url)
+
+interface KoaContext {
+  readonly path: string
+  readonly method: string
+  readonly query: Record<string, string | undefined>
+  readonly headers: Record<string, string | undefined>
+  params: { bucket?: string; key?: string }
+}
+type Middleware = (ctx: KoaContext, next: () => Promise<unknown>) => Promise<unknown>
+
+/** The server's directory walk, in S3's key order: a folder `a` stands for the keys `a/…`, an object file for its key. */
+const utils = require("@20minutes/s3rver/lib/utils.js") as {
+  walk: (dir: string, recurseFilter?: (path: string) => boolean) => Generator<string>
+}
+utils.walk = function* keyOrderWalk(dir, recurseFilter): Generator<string> {
+  const entries = readdirSync(dir, { withFileTypes: true })
+    .map((entry) => ({ entry, order: entry.isDirectory() ? `${entry.name}/` : entry.name.replace(/\._S3rver_[A-Za-z0-9.]+$/, "") }))
+    .sort((a, b) => (a.order < b.order ? -1 : a.order > b.order ? 1 : 0))
+  for (const { entry } of entries) {
+    const path = `${dir}/${entry.name}`
+    if (!entry.isDirectory()) yield path
+    else if (recurseFilter === undefined || recurseFilter(path)) yield* keyOrderWalk(path, recurseFilter)
+  }
+}
+
+/** The server's signature check, given the path as sent for a bucket-level request (`/clips/`). */
+const authenticationPath = require.resolve("@20minutes/s3rver/lib/middleware/authentication.js")
+const authentication = require(authenticationPath) as () => Middleware
+require.cache[authenticationPath]!.exports = (): Middleware => {
+  const check = authentication()
+  return (ctx, next) => {
+    const bucket = ctx.params.bucket
+    if (bucket === undefined || ctx.params.key !== undefined || ctx.path !== `/${bucket}/`) return check(ctx, next)
+    ctx.params.bucket = `${bucket}/`
+    const restore = () => void (ctx.params.bucket = bucket)
+    return check(ctx, () => {
+      restore()
+      return next()
+    }).finally(restore)
+  }
+}
+
+interface S3rverInstance {
+  readonly middleware: Array<Middleware>
+  readonly run: () => Promise<{ readonly port: number }>
+  readonly close: () => Promise<void>
+}
+const S3rver = require("@20minutes/s3rver") as new(options: Record<string, unknown>) => S3rverInstance
+const S3Error = require("@20minutes/s3rver/lib/models/error.js") as new(code: string, message: string) => Error
+const { DUMMY_ACCOUNT } = require("@20minutes/s3rver/lib/models/account.js") as {
+  DUMMY_ACCOUNT: { createKeyPair: (accessKeyId: string, secretAccessKey: string) => void }
+}
+
+export interface Credentials {
+  readonly accessKeyId: string
+  readonly secretAccessKey: string
+}
+
+/** The server's own key pair (s3rver's built-in account): every permission. */
+export const fullAccess: Credentials = { accessKeyId: "S3RVER", secretAccessKey: "S3RVER" }
+/** A key pair whose policy denies s3:ListBucket (listing objects); everything else is allowed. */
+export const cannotList: Credentials = { accessKeyId: "HOOKLINENOLIST", secretAccessKey: "hookline-no-list-secret" }
+DUMMY_ACCOUNT.createKeyPair(cannotList.accessKeyId, cannotList.secretAccessKey)
+
+const accessKeyOf = (ctx: KoaContext) =>
+  /Credential=([^/]+)\//.exec(ctx.headers["authorization"] ?? "")?.[1] ?? ctx.query["X-Amz-Credential"]?.split("/")[0]
+
+/** Denies listing to `cannotList`, as a bucket policy without s3:ListBucket would. */
+const listPolicy: Middleware = (ctx, next) => {
+  const listing = ctx.method === "GET" && /^\/[^/]+\/?$/.test(ctx.path) && ctx.query["list-type"] !== undefined
+  if (listing && accessKeyOf(ctx) === cannotList.accessKeyId) throw new S3Error("AccessDenied", "Access Denied")
+  return next()
+}
+
+export interface TestS3 {
   readonly endpoint: string
   readonly bucket: string
-  readonly objects: ReadonlyMap<string, Uint8Array<ArrayBuffer>>
-  /** Every request as "METHOD key". */
-  readonly log: ReadonlyArray<string>
+  /** The S3_* settings for a server using this store with `credentials` (full access by default). */
+  readonly env: (credentials?: Credentials) => Record<string, string>
+  /** Whether an object exists, and the keys under a prefix, asked over the protocol with full access. */
+  readonly has: (key: string) => Promise<boolean>
+  readonly keys: (prefix?: string) => Promise<Array<string>>
+  readonly size: (key: string) => Promise<number>
   readonly stop: () => Promise<void>
 }
 
-const xmlEscape = (text: string) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
-
-/** ListObjectsV2: keys in order; the continuation token is the last key of the previous page. */
-const listObjects = (objects: ReadonlyMap<string, Uint8Array>, bucket: string, params: URLSearchParams) => {
-  const prefix = params.get("prefix") ?? ""
-  const maxKeys = Math.min(1000, Number(params.get("max-keys") ?? "1000"))
-  const after = params.get("continuation-token") ?? params.get("start-after") ?? ""
-  const keys = [...objects.keys()].filter((key) => key.startsWith(prefix) && key > after).sort()
-  const page = keys.slice(0, maxKeys)
-  const truncated = keys.length > page.length
-  const contents = page.map((key) =>
-    `<Contents><Key>${xmlEscape(key)}</Key><Size>${objects.get(key)?.length ?? 0}</Size><ETag>"1"</ETag>` +
-    `<LastModified>${new Date().toISOString()}</LastModified></Contents>`
-  ).join("")
-  const next = truncated ? `<NextContinuationToken>${xmlEscape(page[page.length - 1])}</NextContinuationToken>` : ""
-  return new Response(
-    `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>${bucket}</Name><Prefix>${xmlEscape(prefix)}</Prefix>` +
-      `<KeyCount>${page.length}</KeyCount><MaxKeys>${maxKeys}</MaxKeys><IsTruncated>${truncated}</IsTruncated>${next}${contents}</ListBucketResult>`,
-    { headers: { "content-type": "application/xml" } }
-  )
-}
-
-export const startFakeS3 = (bucket = "clips"): FakeS3 => {
-  const objects = new Map<string, Uint8Array<ArrayBuffer>>()
-  const log: Array<string> = []
-  const server = Bun.serve({
-    port: 0,
-    hostname: "127.0.0.1",
-    async fetch(request) {
-      const url = new URL(request.url)
-      const prefix = `/${bucket}/`
-      if (request.method === "GET" && url.pathname === prefix && url.searchParams.get("list-type") === "2") {
-        log.push(`LIST ${url.searchParams.get("prefix") ?? ""}`)
-        return listObjects(objects, bucket, url.searchParams)
-      }
-      if (!url.pathname.startsWith(prefix)) return new Response("<Error><Code>NoSuchBucket</Code></Error>", { status: 404 })
-      const key = decodeURIComponent(url.pathname.slice(prefix.length))
-      const signed = (request.headers.get("authorization") ?? "").startsWith("AWS4-HMAC-SHA256") ||
-        url.searchParams.has("X-Amz-Signature")
-      if (!signed) return new Response("<Error><Code>AccessDenied</Code></Error>", { status: 403 })
-      log.push(`${request.method} ${key}`)
-      const object = objects.get(key)
-      switch (request.method) {
-        case "PUT":
-          objects.set(key, new Uint8Array(await request.arrayBuffer()))
-          return new Response(null, { status: 200, headers: { etag: `"${objects.size}"` } })
-        case "HEAD":
-          return object === undefined
-            ? new Response(null, { status: 404 })
-            : new Response(null, {
-              status: 200,
-              headers: { "content-length": String(object.length), etag: "\"1\"", "last-modified": new Date().toUTCString() }
-            })
-        case "GET": {
-          if (object === undefined) return new Response("<Error><Code>NoSuchKey</Code></Error>", { status: 404 })
-          const range = /^bytes=(\d+)-(\d*)$/.exec(request.headers.get("range") ?? "")
-          if (range === null) return new Response(object)
-          const end = range[2] === "" ? object.length : Math.min(object.length, Number(range[2]) + 1)
-          return new Response(object.subarray(Number(range[1]), end), { status: 206 })
-        }
-        case "DELETE":
-          objects.delete(key)
-          return new Response(null, { status: 204 })
-        default:
-          return new Response("<Error><Code>NotImplemented</Code></Error>", { status: 501 })
-      }
-    }
-  })
+export const startS3 = async (bucket = "clips"): Promise<TestS3> => {
+  const directory = mkdtempSync(join(tmpdir(), "hookline-s3-"))
+  const server = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory, configureBuckets: [{ name: bucket }] })
+  server.middleware.unshift(listPolicy)
+  const { port } = await server.run()
+  const endpoint = `http://127.0.0.1:${port}`
+  const client = new Bun.S3Client({ bucket, endpoint, region: "us-east-1", ...fullAccess })
   return {
-    endpoint: `http://127.0.0.1:${server.port}`,
+    endpoint,
     bucket,
-    objects,
-    log,
-    stop: () => server.stop(true)
+    env: (credentials = fullAccess) => ({
+      S3_BUCKET: bucket,
+      S3_ENDPOINT: endpoint,
+      S3_REGION: "us-east-1",
+      S3_ACCESS_KEY_ID: credentials.accessKeyId,
+      S3_SECRET_ACCESS_KEY: credentials.secretAccessKey
+    }),
+    has: (key) => client.exists(key),
+    size: (key) => client.size(key),
+    keys: async (prefix) => ((await client.list(prefix === undefined ? {} : { prefix })).contents ?? []).map((object) => object.key),
+    stop: async () => {
+      await server.close()
+      rmSync(directory, { recursive: true, force: true })
+    }
   }
 }
