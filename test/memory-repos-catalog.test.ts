@@ -367,8 +367,9 @@ for (const backend of [postgresBackend(), memoryBackend()]) describe(`contract o
       expect(Option.isNone(await run(withKeys((repo) => repo.completeKey(completionOf(scope, "k", "stranger")))))).toBe(true)
       expect(Option.getOrThrow(await run(withKeys((repo) => repo.completeKey(completionOf(scope, "k", "owner")))))).toEqual({ key: "k" })
       expect(Option.isNone(await run(withKeys((repo) => repo.completeKey(completionOf(scope, "k", "owner")))))).toBe(true)
-      // A completed key is neither released nor taken over by its owner's late calls.
-      await run(withKeys((repo) => Effect.all([repo.releaseKey(scope, "k", "owner"), repo.touchClaim(scope, "k", "owner")])))
+      // A completed key is neither released (the release says so) nor taken over by its owner's late calls.
+      const [released] = await run(withKeys((repo) => Effect.all([repo.releaseKey(scope, "k", "owner"), repo.touchClaim(scope, "k", "owner")])))
+      expect(released).toBe(false)
       expect(Option.isNone(await run(withKeys((repo) => repo.claimKey(claimOf(scope, "k", { owner: "late", lockSeconds: 0 })))))).toBe(true)
       expect(Option.getOrThrow(await run(withKeys((repo) => repo.findLiveKey(scope, "k"))))).toEqual({
         fingerprint: "fp-1",
@@ -414,12 +415,12 @@ for (const backend of [postgresBackend(), memoryBackend()]) describe(`contract o
       expect(Option.getOrThrow(await run(withKeys((repo) => repo.findLiveKey(scope, "k"))))).toMatchObject({ fingerprint: "fp-2", status: "in_progress" })
     })
 
-    test("a release deletes the owner's claim only", async () => {
+    test("a release deletes the owner's claim only, and says whether it did", async () => {
       const scope = `acct_${hex(6)}`
       await run(withKeys((repo) => repo.claimKey(claimOf(scope, "k", { owner: "owner" }))))
-      await run(withKeys((repo) => repo.releaseKey(scope, "k", "stranger")))
+      expect(await run(withKeys((repo) => repo.releaseKey(scope, "k", "stranger")))).toBe(false)
       expect(Option.isSome(await run(withKeys((repo) => repo.findLiveKey(scope, "k"))))).toBe(true)
-      await run(withKeys((repo) => repo.releaseKey(scope, "k", "owner")))
+      expect(await run(withKeys((repo) => repo.releaseKey(scope, "k", "owner")))).toBe(true)
       expect(Option.isNone(await run(withKeys((repo) => repo.findLiveKey(scope, "k"))))).toBe(true)
       expect(Option.isSome(await run(withKeys((repo) => repo.claimKey(claimOf(scope, "k", { owner: "retry", fingerprint: "fp-2" })))))).toBe(true)
     })

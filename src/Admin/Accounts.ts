@@ -8,6 +8,7 @@ import { Auth } from "../Auth/Auth.js"
 import type { Plan, Scope } from "../Auth/Domain.js"
 import { grantFor, hasApiAccess, planRules } from "../Auth/Plans.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
+import { answerInTransaction } from "../Idempotency/Headers.js"
 import { newId } from "../Ids.js"
 import { type TransactionParams, type UsageParams, walletOf } from "../Ledger/Api.js"
 import type { Bucket } from "../Ledger/Domain.js"
@@ -42,7 +43,7 @@ const perAccount = (findRow: (id: string, lock: boolean) => Effect.Effect<unknow
       Effect.gen(function*() {
         const created = yield* auth.createKey(id, scopes)
         if (spendLimit !== undefined) yield* budgets.setLimit(created.id, spendLimit)
-        return { ...created, spend_limit: spendLimit ?? null }
+        return yield* answerInTransaction({ ...created, spend_limit: spendLimit ?? null })
       }).pipe(sql.withTransaction, Effect.orDie)
     return {
       createKey: (id: string, scopes: ReadonlyArray<Scope> | undefined, spendLimit?: number) =>
@@ -53,7 +54,14 @@ const perAccount = (findRow: (id: string, lock: boolean) => Effect.Effect<unknow
         readonly reason: string | null
         readonly referenceId: string | null
         readonly requestId: string
-      }) => mustExist(id).pipe(Effect.andThen(ledger.grant(id, grant.bucket, grant.amount, grant)), Effect.map(walletOf)),
+      }) =>
+        mustExist(id).pipe(
+          Effect.andThen(ledger.grant(id, grant.bucket, grant.amount, grant)),
+          Effect.flatMap((wallet) => answerInTransaction(walletOf(wallet))),
+          // The grant, the wallet it answers and that answer under its Idempotency-Key commit together.
+          sql.withTransaction,
+          Effect.catchTag("SqlError", Effect.die)
+        ),
       transactions: (id: string, query: TransactionParams) =>
         mustExist(id).pipe(Effect.andThen(history.list(id, query, "admin.transactions"))),
       usage: (id: string, query: UsageParams) => mustExist(id).pipe(Effect.andThen(usage.summarise(id, query)))
@@ -93,15 +101,16 @@ const make = Effect.gen(function*() {
       yield* checkGrant(input.plan, input.monthly_grant)
       const id = newId("acct")
       const monthlyGrant = grantFor(input.plan, input.monthly_grant)
-      yield* Effect.gen(function*() {
+      // The account, its wallet and the answer under its Idempotency-Key commit together.
+      return yield* Effect.gen(function*() {
         yield* repo.insertAccount({ id, name: input.name ?? null, plan: input.plan, monthlyGrant })
         yield* ledger.openWallet(id, {
           monthlyGrant,
           monthlyBalance: input.monthly_balance ?? monthlyGrant,
           topupBalance: input.topup_balance ?? 0
         })
+        return yield* answerInTransaction(yield* get(id))
       }).pipe(sql.withTransaction, Effect.orDie)
-      return yield* get(id)
     })
 
   /**

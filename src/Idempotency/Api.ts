@@ -15,7 +15,8 @@ const description =
   "fingerprint of method, path and body; a repeat replays its status, body and X-Credits-* headers with " +
   "`Idempotent-Replayed: true` and has no second effect. A concurrent repeat waits for the first and replays it. " +
   "The same key with another method, path or body is 422 validation_error. Error answers are not kept (they " +
-  "changed nothing), so a retry after one runs again. Keys are scoped to the API key (to the admin token on /admin): another key of the same account never replays this key's answers."
+  "changed nothing), so a retry after one runs again; except a 503 saying the outcome is unknown (the connection was " +
+  "lost at COMMIT): the key stays held, and a retry replays the answer if it committed, or runs once after the key's lock timed out. Keys are scoped to the API key (to the admin token on /admin): another key of the same account never replays this key's answers."
 
 /**
  * OpenApi.Transform for an endpoint: documents the request header and the replay header. The

@@ -12,6 +12,22 @@ export const AnswerHeaders = Context.Reference<Record<string, string> | null>("h
   defaultValue: () => null
 })
 
+/**
+ * Inside `idempotent(...)` with a key: stores a success value as the key's answer in the caller's
+ * transaction (Http.ts). Null outside, or without a key.
+ */
+export const StoreAnswer = Context.Reference<((value: unknown) => Effect.Effect<void>) | null>("hookline/StoreAnswer", {
+  defaultValue: () => null
+})
+
+/**
+ * Stores `value`, the effect's answer, as its Idempotency-Key's answer, in the transaction this
+ * runs in: the answer commits with what the request changed or not at all, so a retry after a
+ * connection lost at COMMIT replays it instead of running again. Does nothing without a key.
+ */
+export const answerInTransaction = <A>(value: A): Effect.Effect<A> =>
+  Effect.flatMap(StoreAnswer, (store) => (store === null ? Effect.succeed(value) : Effect.as(store(value), value)))
+
 /** Adds `headers` (lower-case names) to the response, and to the stored answer inside `idempotent(...)`. */
 export const addAnswerHeaders = (headers: Readonly<Record<string, string>>) =>
   Effect.flatMap(AnswerHeaders, (collected) => {

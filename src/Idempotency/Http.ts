@@ -14,7 +14,8 @@
  *   ignored). Another fingerprint on a known key → 422 naming Idempotency-Key;
  * - the first request runs the effect; a 2xx answer is stored (status, JSON body, and the
  *   headers the handler itself added, i.e. X-Credits-*) and returned; an error is not stored:
- *   it changed nothing, so the key is freed and a retry runs again (this covers 5xx as well);
+ *   it changed nothing, so the key is freed and a retry runs again (this covers 5xx as well, but
+ *   for a transaction lost at COMMIT whose answer was stored in it: see runAsOwner);
  * - the run goes on when its client hangs up (a client timing out is the usual reason to
  *   retry), so the retry finds the finished answer instead of running the request twice;
  * - a repeat gets the stored answer with `Idempotent-Replayed: true` and
@@ -30,10 +31,10 @@ import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { routeKey, routeTable } from "../ApiRoutes.js"
 import { CurrentCaller } from "../Auth/Api.js"
 import { bearerToken } from "../Auth/Bearer.js"
-import { RequestId, ValidationFailed } from "../Errors.js"
+import { RequestId, ServiceUnavailable, ValidationFailed } from "../Errors.js"
 import { sha256Hex } from "../Ids.js"
 import { idempotencyKeyPattern, idempotencyKeyRule } from "./Api.js"
-import { AnswerHeaders } from "./Headers.js"
+import { AnswerHeaders, StoreAnswer } from "./Headers.js"
 import { Idempotency, type KeyRequest, type StoredAnswer } from "./Idempotency.js"
 
 /**
@@ -104,7 +105,7 @@ export const idempotent = <A, E, R>(
   parameters?: unknown
 ): Effect.Effect<
   A | HttpServerResponse.HttpServerResponse,
-  E | ValidationFailed,
+  E | ValidationFailed | ServiceUnavailable,
   R | Idempotency | HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext
 > =>
   Effect.gen(function*() {
@@ -146,6 +147,13 @@ export const idempotent = <A, E, R>(
     }
   })
 
+/** The 503 of a run whose transaction may or may not have committed, while the database cannot tell. */
+const outcomeUnknown = new ServiceUnavailable({
+  message: "The database connection was lost while this request was committing, and the database cannot be reached to " +
+    "tell whether it did: its outcome is unknown. Retry with the same Idempotency-Key: you get its answer if it completed, " +
+    "and it runs once if it did not."
+})
+
 /**
  * Runs the effect under the claim and stores its answer (or frees the key when it failed).
  * It runs in a fiber of its own: a client that hangs up mid-way does not stop it, so whatever it
@@ -153,6 +161,12 @@ export const idempotent = <A, E, R>(
  * (what it committed is unknown); the claim is taken over after the lock timeout, as after a crash.
  * The fiber shares the request's pre-response handlers, so the headers the effect adds reach
  * this response directly.
+ *
+ * An effect that stores its answer in its own transaction (`answerInTransaction`, Headers.ts)
+ * commits the answer with its changes. When it then fails (a connection lost at COMMIT), the key
+ * tells what happened: completed, it committed and its answer is given; still held, it did not,
+ * and the key is freed. When the database cannot be asked, the key stays held (a retry waits for
+ * the lock timeout, then runs) and the answer is a 503 saying the outcome is unknown.
  */
 const runAsOwner = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
@@ -164,32 +178,60 @@ const runAsOwner = <A, E, R>(
     const store = yield* Idempotency
     const release = store.release(keyRequest.scope, keyRequest.key, owner)
     const encode = Schema.encodeUnknownEffect(success)
+    const answerOf = (value: unknown, headers: Record<string, string>) =>
+      Effect.map(Effect.orDie(encode(value)), (encoded): StoredAnswer => ({
+        ...responseOf(success),
+        headers,
+        body: JSON.stringify(encoded),
+        requestId: keyRequest.requestId
+      }))
+    const respond = (answer: StoredAnswer) => HttpServerResponse.text(answer.body, { status: answer.status, contentType: answer.contentType })
+    let storedInTransaction: StoredAnswer | null = null
 
-    const attempt: Effect.Effect<Exit.Exit<A | HttpServerResponse.HttpServerResponse, E>, never, R | Idempotency> = Effect.gen(function*() {
+    /** What a run that had stored its answer in its transaction and then failed answers. */
+    const afterUncertainFailure = (exit: Exit.Exit<A, E>) =>
+      Effect.flatMap(Effect.exit(store.outcomeOf(keyRequest, owner)), (outcome): Effect.Effect<Exit.Exit<A | HttpServerResponse.HttpServerResponse, E | ServiceUnavailable>> => {
+        if (Exit.isSuccess(outcome)) {
+          return Effect.succeed(Option.match(outcome.value, { onNone: () => exit, onSome: (answer) => Exit.succeed(respond(answer)) }))
+        }
+        return Effect.logWarning("a request's outcome is unknown: its idempotency key stays held").pipe(
+          Effect.annotateLogs({ method: keyRequest.method, path: keyRequest.path }),
+          Effect.as(Exit.fail(outcomeUnknown))
+        )
+      })
+
+    const attempt = Effect.gen(function*() {
       const heartbeat = yield* store.heartbeat(keyRequest.scope, keyRequest.key, owner).pipe(
         Effect.delay(Duration.divideUnsafe(store.config.lockTimeout, 3)),
         Effect.forever,
         Effect.forkChild
       )
       const headers: Record<string, string> = {}
+      const storeAnswer = (value: unknown) =>
+        Effect.gen(function*() {
+          const answer = yield* answerOf(value, headers)
+          // The claim was taken over: die, so the caller's transaction rolls back and nothing of this run commits.
+          if (!(yield* store.complete(keyRequest.scope, keyRequest.key, owner, answer))) {
+            return yield* Effect.die(new Error("an idempotency key was taken over before its answer was stored"))
+          }
+          storedInTransaction = answer
+        })
       const exit = yield* Effect.exit(effect).pipe(
         Effect.provideService(AnswerHeaders, headers),
+        Effect.provideService(StoreAnswer, storeAnswer),
         Effect.ensuring(Fiber.interrupt(heartbeat))
       )
       if (Exit.isFailure(exit)) {
-        if (!Exit.hasInterrupts(exit)) yield* release
+        if (Exit.hasInterrupts(exit)) return exit
+        if (storedInTransaction !== null) return yield* afterUncertainFailure(exit)
+        yield* release
         return exit
       }
-      const encoded = yield* Effect.orDie(encode(exit.value))
-      const answer: StoredAnswer = {
-        ...responseOf(success),
-        headers,
-        body: JSON.stringify(encoded),
-        requestId: keyRequest.requestId
-      }
+      if (storedInTransaction !== null) return Exit.succeed(respond(storedInTransaction))
+      const answer = yield* answerOf(exit.value, headers)
       const stored = yield* store.complete(keyRequest.scope, keyRequest.key, owner, answer)
       if (!stored) yield* Effect.logWarning("an idempotency key was taken over before its answer was stored")
-      return Exit.succeed(HttpServerResponse.text(answer.body, { status: answer.status, contentType: answer.contentType }))
+      return Exit.succeed(respond(answer))
     }).pipe(
       // A defect while encoding or storing: free the key, nothing was stored.
       Effect.onExit((exit) => (Exit.isFailure(exit) && !Exit.hasInterrupts(exit) ? Effect.ignore(release) : Effect.void))

@@ -113,13 +113,26 @@ const make = Effect.gen(function*() {
       sealedBody: sealer.seal(answer.body, bindingOf(scope, key))
     }).pipe(Effect.map(Option.isSome))
 
-  /** Frees the key after a failed attempt, so a retry runs the request again. */
+  /** Frees the key after a failed attempt, so a retry runs the request again; false when it was not held by `owner` any more. */
   const release = (scope: string, key: string, owner: string) => repo.releaseKey(scope, key, owner)
+
+  /**
+   * After a run that stored its answer in its own transaction failed on the way (a connection lost
+   * at COMMIT: did it commit?): the answer when it committed (the key is completed), else None with
+   * the key freed, so a retry runs it. The release waits for a transaction still completing the key.
+   */
+  const outcomeOf = (request: KeyRequest, owner: string) =>
+    Effect.gen(function*() {
+      if (yield* release(request.scope, request.key, owner)) return Option.none<StoredAnswer>()
+      const found = yield* claim(request)
+      if (found._tag === "Claimed") yield* release(request.scope, request.key, found.owner)
+      return found._tag === "Completed" ? Option.some(found.answer) : Option.none<StoredAnswer>()
+    })
 
   /** Deletes expired keys in batches; returns how many. */
   const sweepExpired = repo.sweepExpired(lock)
 
-  return { config, claim, heartbeat, complete, release, sweepExpired } as const
+  return { config, claim, heartbeat, complete, release, outcomeOf, sweepExpired } as const
 })
 
 export class Idempotency extends Context.Service<Idempotency, Effect.Success<typeof make>>()("hookline/Idempotency") {

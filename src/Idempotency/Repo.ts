@@ -110,13 +110,19 @@ const completeKey = (sql: SqlClient.SqlClient) =>
         RETURNING key`
   })
 
-/** Deletes `owner`'s claim, so a retry runs the request again. */
+/**
+ * Deletes `owner`'s claim, so a retry runs the request again; true when it did. A completed row
+ * stays: an answer committed with its effect (Http.ts) is never released. The DELETE waits on the
+ * row lock of a transaction still completing the row, so its answer is exact.
+ */
 const releaseKey = (sql: SqlClient.SqlClient) =>
-  SqlSchema.void({
+  SqlSchema.findAll({
     Request: OwnedKey,
+    Result: Schema.Struct({ key: Schema.String }),
     execute: ({ key, owner, scope }) =>
       sql`DELETE FROM idempotency_keys
-           WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
+           WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'
+          RETURNING key`
   })
 
 /** Deletes up to `sweepBatch` expired keys (stalled claims past the lock timeout too); how many. */
@@ -153,7 +159,7 @@ const make = Effect.gen(function*() {
     findLiveKey: (scope: string, key: string) => find({ scope, key }),
     touchClaim: (scope: string, key: string, owner: string) => touch({ scope, key, owner }),
     completeKey: complete,
-    releaseKey: (scope: string, key: string, owner: string) => release({ scope, key, owner }),
+    releaseKey: (scope: string, key: string, owner: string) => Effect.map(release({ scope, key, owner }), (rows) => rows.length > 0),
     /** Deletes expired keys batch by batch; how many in all. */
     sweepExpired: (lockSeconds: number) =>
       Effect.gen(function*() {

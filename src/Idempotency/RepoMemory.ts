@@ -122,9 +122,7 @@ const statements = (state: MemoryIdempotencyState) => ({
     }),
 
   releaseKey: (scope: string, key: string, owner: string) =>
-    Effect.sync(() => {
-      if (ownClaim(state, scope, key, owner) !== undefined) state.keys.delete(idempotencyKeyOf(scope, key))
-    }),
+    Effect.sync(() => ownClaim(state, scope, key, owner) !== undefined && state.keys.delete(idempotencyKeyOf(scope, key))),
 
   /** Deletes expired keys that are completed, or claims stalled past `lockSeconds`; how many. */
   sweepExpired: (lockSeconds: number) =>
