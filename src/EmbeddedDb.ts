@@ -1,24 +1,20 @@
 /**
  * The embedded Postgres used when DATABASE_URL is unset: PGlite in this process, its data in
- * DATA_DIR/pgdata, served over the PostgreSQL wire protocol on a unix socket inside DATA_DIR
- * (@electric-sql/pglite-socket), so the same sql-pg client reaches it as it reaches a server.
+ * DATA_DIR/pgdata, reached by the same sql-pg client as a server, over in-process connections that
+ * speak the wire protocol (EmbeddedSession.ts: one session, held by one connection at a time).
  *
- * - PGlite is one backend session behind a queue of protocol messages: the socket server runs
- *   them one at a time and, while a transaction is open, only its connection's.
  * - A pid lock file: two processes opening one data directory lose writes.
- * - No LISTEN/NOTIFY over the socket (a notification comes back on the notifying connection, not
- *   on the listener's), so background work polls (DatabaseMode.embedded).
- * - No cancel: the socket server ignores CancelRequest, so an interrupted statement runs to its end.
+ * - No LISTEN/NOTIFY between connections (a notification comes back to the notifying
+ *   connection, not to the listener), so background work polls (DatabaseMode.embedded).
+ * - No cancel and no statement_timeout: PGlite runs a statement synchronously on this thread.
  */
 import { PGlite } from "@electric-sql/pglite"
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm"
-import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Data, Effect } from "effect"
 import { ConnectionError, SqlError } from "effect/sql/SqlError"
-import { createHash } from "node:crypto"
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { EmbeddedSession, type EmbeddedSessionOptions } from "./EmbeddedSession.js"
 
 export class DataDirLocked extends Data.TaggedError("DataDirLocked")<{ readonly pid: number; readonly dataDir: string }> {
   override get message() {
@@ -63,28 +59,14 @@ const acquireLock = (dataDir: string) =>
     () => Effect.sync(() => rmSync(lockFile(dataDir), { force: true }))
   )
 
-/** The longest unix socket path every platform accepts (sun_path is 104 bytes on macOS, 108 on Linux). */
-const longestSocketPath = 100
-
-/**
- * Where the socket listens: inside DATA_DIR, or (a DATA_DIR too deep for a socket path) in the
- * temp directory under a name derived from DATA_DIR, so one directory always has one socket.
- */
-export const socketPath = (dataDir: string): string => {
-  const inside = join(dataDir, ".s.PGSQL.5432")
-  if (inside.length <= longestSocketPath) return inside
-  return join(tmpdir(), `hookline-${createHash("sha256").update(dataDir).digest("hex").slice(0, 16)}.sock`)
-}
-
 const failure = (cause: unknown, message: string) =>
   new SqlError({ reason: new ConnectionError({ cause, message, operation: "connect" }) })
 
 /**
- * Opens PGlite on DATA_DIR/pgdata and serves it on a unix socket; answers the socket's path.
- * Closing the scope stops the socket server, closes PGlite (flushing it to disk) and frees the lock.
- * `maxConnections`: how many client connections the socket server accepts at once.
+ * Opens PGlite on DATA_DIR/pgdata; answers its session, whose `connect` makes client connections.
+ * Closing the scope closes PGlite (flushing it to disk) and frees the lock.
  */
-export const embeddedDatabase = (dataDir: string, maxConnections: number) =>
+export const embeddedDatabase = (dataDir: string, options: EmbeddedSessionOptions) =>
   Effect.gen(function*() {
     yield* acquireLock(dataDir)
     // The first start is the slow one (initdb, then the migrations): say so before it begins.
@@ -101,23 +83,5 @@ export const embeddedDatabase = (dataDir: string, maxConnections: number) =>
       }),
       (db) => Effect.promise(() => db.close()).pipe(Effect.timeoutOption("10 seconds"))
     )
-    const path = socketPath(dataDir)
-    yield* Effect.acquireRelease(
-      Effect.tryPromise({
-        try: async () => {
-          // Left behind by a process that died holding the lock (we hold it now): nobody listens there.
-          rmSync(path, { force: true })
-          const server = new PGLiteSocketServer({ db: pglite, path, maxConnections })
-          await server.start()
-          return server
-        },
-        catch: (cause) => failure(cause, `Failed to serve the embedded database on ${path}`)
-      }),
-      (server) =>
-        Effect.promise(() => server.stop()).pipe(
-          Effect.timeoutOption("5 seconds"),
-          Effect.andThen(Effect.sync(() => rmSync(path, { force: true })))
-        )
-    )
-    return path
+    return new EmbeddedSession(pglite, options)
   })

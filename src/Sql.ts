@@ -55,7 +55,7 @@ const numberTypes = (): PgTypes.Registry => {
  */
 export const commitWithoutFlush = "(SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only"
 
-/** Connections the embedded database serves: PGlite runs one statement at a time whatever the number. */
+/** Client connections to the embedded database: they take turns on its one session. */
 const embeddedConnections = 4
 
 /** The pool's idle timeout: 0 keeps idle connections for good (the pool's sweep would spin on a zero delay). */
@@ -100,15 +100,26 @@ const networkClients = (url: Redacted.Redacted, config: ServerConfig) =>
     return { client, listeners }
   })
 
-/** On the embedded PGlite (no statement timeout: nothing else shares it). */
+/**
+ * On the embedded PGlite: the pool's connections are in-process (EmbeddedSession.ts), several of
+ * them so that a connection held by a transaction never blocks another fiber from asking; the
+ * session still runs one turn at a time. DB_STATEMENT_TIMEOUT cannot stop a PGlite statement; it
+ * bounds how long a connection may hold the session without sending anything.
+ */
 const embeddedClient = (config: ServerConfig) =>
   Effect.gen(function*() {
-    const path = yield* embeddedDatabase(config.dataDir, embeddedConnections + 2).pipe(
+    const runFork = Effect.runForkWith(yield* Effect.context<never>())
+    const session = yield* embeddedDatabase(config.dataDir, {
+      idleLimitMs: Duration.toMillis(config.dbStatementTimeout),
+      onFailure: (reason, cause) => {
+        runFork(Effect.logError(reason, cause === undefined ? Cause.empty : Cause.die(cause)))
+      }
+    }).pipe(
       Effect.catchTag("DataDirLocked", (locked) =>
         Effect.fail(new SqlError.SqlError({ reason: new SqlError.ConnectionError({ cause: locked, message: locked.message, operation: "connect" }) })))
     )
     const client = yield* PgClient.make({
-      path,
+      stream: session.connect,
       database: "postgres",
       username: "postgres",
       ssl: false,
@@ -119,7 +130,7 @@ const embeddedClient = (config: ServerConfig) =>
       idleTimeout: Duration.infinity
     })
     yield* migrate(client)
-    // Not for LISTEN (notifications do not cross the socket): background work polls.
+    // Not for LISTEN (notifications do not reach another connection): background work polls.
     return { client, listeners: client }
   })
 

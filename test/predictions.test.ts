@@ -25,6 +25,7 @@ import {
   type UploadLink
 } from "./support/server.js"
 import { expectEnvelope } from "./support/envelope.js"
+import { usingEmbeddedServer } from "./support/process.js"
 import {
   ageAcrossLimit,
   blobPath,
@@ -990,48 +991,31 @@ describe("clips in S3-compatible object storage (s3rver: the real protocol, sign
   })
 })
 
-describe("embedded mode (PGlite: one connection, no LISTEN/NOTIFY)", () => {
+describe("embedded mode (PGlite: one session shared by the pool's connections, no LISTEN/NOTIFY)", () => {
   test("a server started without DATABASE_URL scores an uploaded clip, its workers polling", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "hookline-embedded-predict-"))
-    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() })
-    const port = probe.port ?? 0
-    probe.stop(true)
-    const env: Record<string, string> = {}
-    for (const [name, value] of Object.entries(process.env)) {
-      if (value !== undefined && name !== "DATABASE_URL" && name !== "ADMIN_TOKEN") env[name] = value
-    }
-    const child = Bun.spawn([process.execPath, "src/main.ts"], {
-      cwd: join(import.meta.dir, ".."),
-      // The test polls faster than the default rate limit allows; limits are not what it is about.
-      env: { ...env, DATA_DIR: dataDir, PORT: String(port), HOST: "127.0.0.1", DEMO_CATALOG_SIZE: "5", LOG_LEVEL: "Warning", RATE_LIMIT_ENABLED: "false" },
-      stdout: "ignore",
-      stderr: "ignore"
-    })
     try {
-      const base = `http://127.0.0.1:${port}`
-      await waitFor("the embedded server", async () =>
-        existsSync(join(dataDir, "demo.json")) && (await fetch(`${base}/readyz`).then((r) => r.ok, () => false)) ? true : undefined, 60_000)
-      const { api_key: key } = JSON.parse(readFileSync(join(dataDir, "demo.json"), "utf8")) as { api_key: string }
-      const created = await fetch(`${base}/v1/predict/upload`, { method: "POST", headers: { authorization: `Bearer ${key}` } })
-      expect(created.status).toBe(200)
-      const link = (await created.json()) as UploadLink
-      expect(link.upload_url).toStartWith(`http://localhost:${port}/uploads/`)
-      expectReceived(await putClip(`${base}${new URL(link.upload_url).pathname}`, clips.cutWebm), link)
-      const done = await waitFor("the clip to be scored", async () => {
-        const prediction = await fetch(`${base}/v1/predict/${link.prediction_id}`, { headers: { authorization: `Bearer ${key}` } })
-        // Any answer but 200 fails here, not as a timeout.
-        expect(prediction.status).toBe(200)
-        const body = (await prediction.json()) as PredictionBody
-        return body.status === "succeeded" || body.status === "failed" ? body : undefined
+      // The test polls faster than the default rate limit allows; limits are not what it is about.
+      await usingEmbeddedServer({ dataDir, demoCatalogSize: 5, env: { RATE_LIMIT_ENABLED: "false" } }, async (server) => {
+        const key = server.demoKey
+        const created = await server.request<UploadLink>("/v1/predict/upload", { method: "POST", key })
+        expect(created.status).toBe(200)
+        const link = created.body
+        expect(link.upload_url).toStartWith(`http://localhost:${server.port}/uploads/`)
+        expectReceived(await putClip(`${server.url}${new URL(link.upload_url).pathname}`, clips.cutWebm), link)
+        const done = await waitFor("the clip to be scored", async () => {
+          const prediction = await server.request<PredictionBody>(`/v1/predict/${link.prediction_id}`, { key })
+          // Any answer but 200 fails here, not as a timeout.
+          expect(prediction.status).toBe(200)
+          return prediction.body.status === "succeeded" || prediction.body.status === "failed" ? prediction.body : undefined
+        })
+        expect(done.status).toBe("succeeded")
+        expect(Math.abs((done.result?.hook_duration_sec ?? 0) - 1.0)).toBeLessThanOrEqual(1 / 25)
+        const wallet = await server.request("/v1/wallet", { key })
+        expect(wallet.status).toBe(200)
+        expect(wallet.body).toMatchObject({ monthly_balance: 980, topup_balance: 0 })
       })
-      expect(done.status).toBe("succeeded")
-      expect(Math.abs((done.result?.hook_duration_sec ?? 0) - 1.0)).toBeLessThanOrEqual(1 / 25)
-      const wallet = await fetch(`${base}/v1/wallet`, { headers: { authorization: `Bearer ${key}` } })
-      expect(wallet.status).toBe(200)
-      expect(await wallet.json()).toMatchObject({ monthly_balance: 980, topup_balance: 0 })
     } finally {
-      child.kill("SIGTERM")
-      await child.exited
       rmSync(dataDir, { recursive: true, force: true })
     }
   })

@@ -686,7 +686,7 @@ describe("SSRF protection (private targets not allowed)", () => {
 })
 
 describe("embedded mode", () => {
-  test("with PGlite (one connection, no LISTEN) the dispatcher delivers by polling", async () => {
+  test("with PGlite (one session shared by the pool's connections, no LISTEN) the dispatcher delivers by polling", async () => {
     const target = receiver()
     const dataDir = mkdtempSync(join(tmpdir(), "hookline-webhooks-embedded-"))
     // No fallback to the process environment: a DATABASE_URL there would leave embedded mode.

@@ -108,27 +108,71 @@ export const spawnServer = async (options: {
 }): Promise<ServerProcess> => {
   const shared = options.deployment
   const port = options.port ?? freePort()
+  return spawnMain(port, {
+    ...baseEnvironment(),
+    LOG_LEVEL: "Warning",
+    SEED_DEMO: "false",
+    RATE_LIMIT_ENABLED: "false",
+    ...options.env,
+    DATABASE_URL: shared.databaseUrl,
+    ADMIN_TOKEN: shared.adminToken,
+    DATA_DIR: shared.dataDir,
+    CURSOR_SECRET: shared.cursorSecret,
+    WEBHOOK_SECRET_KEY: shared.webhookSecretKey,
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    PUBLIC_BASE_URL: `http://127.0.0.1:${port}`
+  }, "/healthz")
+}
+
+/**
+ * Starts `bun src/main.ts` in embedded mode (no DATABASE_URL, PGlite in `dataDir`) and resolves
+ * once it has printed its banner and /readyz answers 200 (the demo account and catalog are in).
+ * Its output is kept: a test prints `output()` when it fails.
+ */
+export const spawnEmbeddedServer = async (options: {
+  readonly dataDir: string
+  readonly demoCatalogSize: number
+  readonly env?: Record<string, string>
+}): Promise<ServerProcess & { readonly adminToken: string; readonly demoKey: string }> => {
+  const port = freePort()
+  const server = await spawnMain(port, {
+    ...embeddedEnvironment(options.dataDir, port, options.demoCatalogSize),
+    HOST: "127.0.0.1",
+    ...options.env
+  }, "/readyz", (output) => output.includes("curl -s"))
+  const adminToken = /admin token:\s+(\S+)/.exec(server.output())?.[1]
+  const demoKey = /demo API key:\s+(hkl_live_\S+)/.exec(server.output())?.[1]
+  if (adminToken === undefined || demoKey === undefined) throw new Error(`no banner in the output:\n${server.output()}`)
+  return { ...server, adminToken, demoKey }
+}
+
+/** Runs `use` against an embedded server, printing the server's output if it fails; the server is stopped after. */
+export const usingEmbeddedServer = async <A>(
+  options: Parameters<typeof spawnEmbeddedServer>[0],
+  use: (server: Awaited<ReturnType<typeof spawnEmbeddedServer>>) => Promise<A>
+): Promise<A> => {
+  const server = await spawnEmbeddedServer(options)
+  try {
+    return await use(server)
+  } catch (error) {
+    console.log(`server output:\n${server.output()}`)
+    throw error
+  } finally {
+    server.kill("SIGTERM")
+    await server.exited
+  }
+}
+
+/** Spawns `bun src/main.ts` with `env`; resolves once `readyPath` answers 200 and `printed` holds for its output. */
+const spawnMain = async (
+  port: number,
+  env: Record<string, string>,
+  readyPath: string,
+  printed: (output: string) => boolean = () => true
+): Promise<ServerProcess> => {
   const url = `http://127.0.0.1:${port}`
-  const child = Bun.spawn([process.execPath, "src/main.ts"], {
-    cwd: root,
-    env: {
-      ...baseEnvironment(),
-      LOG_LEVEL: "Warning",
-      SEED_DEMO: "false",
-      RATE_LIMIT_ENABLED: "false",
-      ...options.env,
-      DATABASE_URL: shared.databaseUrl,
-      ADMIN_TOKEN: shared.adminToken,
-      DATA_DIR: shared.dataDir,
-      CURSOR_SECRET: shared.cursorSecret,
-      WEBHOOK_SECRET_KEY: shared.webhookSecretKey,
-      PORT: String(port),
-      HOST: "127.0.0.1",
-      PUBLIC_BASE_URL: url
-    },
-    stdout: "pipe",
-    stderr: "pipe"
-  })
+  const child = Bun.spawn([process.execPath, "src/main.ts"], { cwd: root, env, stdout: "pipe", stderr: "pipe" })
   let output = ""
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     const decoder = new TextDecoder()
@@ -170,7 +214,7 @@ export const spawnServer = async (options: {
   })
   for (;;) {
     if (gone) throw new Error(`server exited during start-up (code ${child.exitCode}):\n${output}`)
-    const ready = await fetch(`${url}/healthz`).then((r) => r.status === 200, () => false)
+    const ready = printed(output) && await fetch(url + readyPath).then((r) => r.status === 200, () => false)
     if (ready) break
     await Bun.sleep(50)
   }
