@@ -10,6 +10,7 @@ import { ensureDemo } from "./Demo.js"
 import { LoggingLive } from "./Logging.js"
 import { ClipScorer } from "./Predictions/Scorer.js"
 import { ProcessGuardsLive } from "./System/ProcessGuards.js"
+import { makeStartupWork, StartupWork } from "./System/Startup.js"
 
 /**
  * Once the server listens: in embedded mode tell the admin CLI where (DATA_DIR/server.json) and
@@ -29,11 +30,20 @@ const Startup = Layer.effectDiscard(
       )
     }
     yield* announceStart(embedded && config.seedDemo ? yield* ensureDemo : null)
+    ;(yield* StartupWork).finish()
   })
 )
 
+/** Until Startup ends, /readyz says the process is still starting (the demo data may not be in yet). */
+const startupWork = Layer.succeed(StartupWork, makeStartupWork("the demo account and catalog are being prepared"))
+
 // The process guards first: nothing thrown while the rest starts or serves ends the process.
-const Main = Startup.pipe(Layer.provideMerge(appLayer(ServerLive)), Layer.provide(ClipScorer.layer), Layer.provideMerge(ProcessGuardsLive))
+const Main = Startup.pipe(
+  Layer.provideMerge(appLayer(ServerLive)),
+  Layer.provide(ClipScorer.layer),
+  Layer.provideMerge(startupWork),
+  Layer.provideMerge(ProcessGuardsLive)
+)
 
 /** A stop asked for by a signal (the main fiber interrupted, everything released) exits 0, as orchestrators expect. */
 const teardown: Runtime.Teardown = (exit, onExit) =>

@@ -5,6 +5,7 @@ import { HooklineApi } from "../Api.js"
 import { ServiceUnavailable } from "../Errors.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { checkMetricsAccess } from "./MetricsEndpoint.js"
+import { StartupWork } from "./Startup.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { appliedMigration, isDatabaseUnavailable, migrationsDirectory } from "../Sql.js"
 
@@ -29,7 +30,11 @@ export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handl
       .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
       .handle("metrics", () => Effect.andThen(checkMetricsAccess, metrics.scrape))
       .handle("readyz", () =>
-        appliedMigration.pipe(
+        Effect.gen(function*() {
+          const pending = (yield* StartupWork).pending()
+          if (pending !== null) return yield* new ServiceUnavailable({ message: `Starting: ${pending}.` })
+          return yield* appliedMigration
+        }).pipe(
           Effect.timeoutOrElse({ duration: Duration.seconds(2), orElse: () => Effect.fail(notAnswering) }),
           Effect.catchTag("SqlError", (error) => Effect.fail(isDatabaseUnavailable(error) ? unreachable : failing)),
           Effect.flatMap((latest) => {
