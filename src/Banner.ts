@@ -7,15 +7,8 @@
  * (a deployment) it is one structured log line that holds no secret.
  */
 import { Effect, Option, Redacted } from "effect"
-import { publicBaseUrl, Secrets, ServerConfig } from "./Config.js"
+import { databaseLabel, publicBaseUrl, Secrets, ServerConfig } from "./Config.js"
 import type { DemoFile } from "./Demo.js"
-
-/** `host:port/database` of a PostgreSQL URL, without user or password. */
-export const databaseLabel = (databaseUrl: string): string => {
-  if (!URL.canParse(databaseUrl)) return "PostgreSQL (DATABASE_URL)"
-  const url = new URL(databaseUrl)
-  return `PostgreSQL at ${url.hostname}${url.port === "" ? "" : `:${url.port}`}${url.pathname}`
-}
 
 export const announceStart = (demo: DemoFile | null) =>
   Effect.gen(function*() {

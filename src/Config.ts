@@ -45,6 +45,13 @@ export type ServerConfig = Config.Success<typeof ServerConfig>
 export const publicBaseUrl = (config: ServerConfig): string =>
   Option.getOrElse(config.publicBaseUrl, () => `http://localhost:${config.port}`).replace(/\/+$/, "")
 
+/** `host:port/database` of a PostgreSQL URL, without user or password. */
+export const databaseLabel = (databaseUrl: string): string => {
+  if (!URL.canParse(databaseUrl)) return "PostgreSQL (DATABASE_URL)"
+  const url = new URL(databaseUrl)
+  return `PostgreSQL at ${url.hostname}${url.port === "" ? "" : `:${url.port}`}${url.pathname}`
+}
+
 /**
  * Server secrets. Taken from the environment when set; otherwise generated once and kept in
  * DATA_DIR/secrets.json (mode 0600) so restarts and several processes on one host agree.

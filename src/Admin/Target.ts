@@ -6,8 +6,7 @@
 import { Option, Redacted } from "effect"
 import { existsSync } from "node:fs"
 import { join } from "node:path"
-import { databaseLabel } from "../Banner.js"
-import type { ServerConfig } from "../Config.js"
+import { databaseLabel, type ServerConfig } from "../Config.js"
 
 export const databaseInUse = (config: ServerConfig): string =>
   Option.match(config.databaseUrl, {
