@@ -1,4 +1,4 @@
-import { afterAll, describe, expect, test } from "bun:test"
+import { afterAll, afterEach, describe, expect, test } from "bun:test"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -10,7 +10,22 @@ const dataDir = mkdtempSync(join(tmpdir(), "hookline-embedded-"))
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
 
 const environment = (port: number) => embeddedEnvironment(dataDir, port, 200)
-const start = (port: number) => startUntilBanner(environment(port))
+
+/** Every process a test started: whatever an assertion left running is stopped after it. */
+const children: Array<ReturnType<typeof Bun.spawn>> = []
+afterEach(async () => {
+  for (const child of children.splice(0)) {
+    if (child.exitCode !== null || child.signalCode !== null) continue
+    child.kill("SIGKILL")
+    await child.exited
+  }
+})
+
+const start = async (port: number) => {
+  const started = await startUntilBanner(environment(port))
+  children.push(started.child)
+  return started
+}
 
 const stop = async (child: ReturnType<typeof Bun.spawn>) => {
   child.kill("SIGTERM")
@@ -44,6 +59,7 @@ describe("embedded mode (no DATABASE_URL)", () => {
 
     // A second server on the same data directory refuses to start.
     const second = Bun.spawn([bun, "src/main.ts"], { cwd: root, env: environment(freePort()), stdout: "pipe", stderr: "pipe" })
+    children.push(second)
     expect(await second.exited).not.toBe(0)
     expect(await new Response(second.stderr).text() + await new Response(second.stdout).text()).toContain("is held by process")
 

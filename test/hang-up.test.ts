@@ -25,6 +25,29 @@ const eventually = async (what: string, check: () => Promise<boolean>) => {
 const holdStatus = async (db: Pg.Pool, accountId: string) =>
   (await db.query<{ status: string }>("SELECT status FROM holds WHERE account_id = $1", [accountId])).rows.map((row) => row.status)
 
+/** What the account's holds settled for, and its wallet's monthly balance after. */
+const charged = async (db: Pg.Pool, accountId: string) => {
+  const { rows } = await db.query<{ settled: number; monthly: number }>(
+    `SELECT (SELECT sum(settled_monthly + settled_topup)::int FROM holds WHERE account_id = $1) AS settled,
+            (SELECT monthly_balance::int FROM wallets WHERE account_id = $1) AS monthly`,
+    [accountId]
+  )
+  return rows[0]
+}
+
+/** Three hooks the search for "money" finds: an answered search settles ceil(3 / 25) = 1 credit. */
+const importMoneyHooks = async (server: TestServer) => {
+  const lines = ["Save money on groceries", "Money habits that stick", "Where your money goes"]
+    .map((text, index) => JSON.stringify({ text, platform: "tiktok", source_url: `https://example.com/money/${index}` }))
+  const imported = await server.admin<{ inserted: number }>("/admin/catalog/hooks", {
+    method: "POST",
+    rawBody: lines.join("\n"),
+    headers: { "content-type": "application/x-ndjson" }
+  })
+  expect(imported.status).toBe(200)
+  expect(imported.body).toMatchObject({ inserted: 3, rejected_count: 0 })
+}
+
 const searchesRunning = async (db: Pg.Pool) =>
   (await db.query<{ n: number }>(
     `SELECT count(*)::int AS n FROM pg_stat_activity
@@ -85,6 +108,7 @@ describe("a client that hangs up", () => {
     // its client hangs up after this one's, so once its statement is cancelled, this one's would
     // have been too had it been given the short grace.
     const shortGrace = await serverWithGrace("50 millis", server.databaseUrl)
+    await importMoneyHooks(server)
     const release = await lockCatalog(server)
     let accountId = ""
     try {
@@ -100,5 +124,7 @@ describe("a client that hangs up", () => {
       await release()
     }
     await eventually("the hold is settled", async () => (await holdStatus(server.db, accountId)).join() === "settled")
+    // Charged as the answered page it was: three results, one credit (the reserve of 2 less the one given back).
+    expect(await charged(server.db, accountId)).toEqual({ settled: 1, monthly: 99 })
   })
 })
