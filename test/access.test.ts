@@ -79,7 +79,7 @@ describe("accounts", () => {
     expect((await server.request("/v1/wallet", { key })).status).toBe(200)
   })
 
-  test.each(["free", "creator"])("a %s plan has no API access except the three allowlisted routes", async (plan) => {
+  test.each(["free", "creator"])("a %s plan has no API access: every route is 403 except the reads of its wallet, key, predictions and webhook", async (plan) => {
     const { key } = await server.account({ plan })
     for (const [method, path] of [
       ["GET", "/v1/hooks/categories"],
@@ -92,15 +92,19 @@ describe("accounts", () => {
       ["DELETE", "/v1/webhooks"],
       ["POST", "/v1/webhooks/rotate"],
       ["POST", "/v1/webhooks/test"],
-      ["POST", "/v1/webhooks/deliveries/dlv_0123456789abcdef0123456789abcdef/retry"]
+      ["POST", "/v1/webhooks/deliveries/dlv_0123456789abcdef0123456789abcdef/retry"],
+      ["PUT", "/v1/wallet/alert"],
+      ["DELETE", "/v1/wallet/alert"]
     ]) {
       expectEnvelope(await server.request(path, { method, key }), 403, "api_not_enabled")
     }
+    // The reads that stay open (docs/behaviour.md, "Plans and scopes"), each answering as it would with access.
     const wallet = await server.request("/v1/wallet", { key })
     expect(wallet.status).toBe(200)
     expect(wallet.body).toEqual({ object: "wallet", monthly_balance: 0, monthly_period_end: null, topup_balance: 0 })
-    expect((await server.request("/v1/webhooks", { key })).status).toBe(200)
-    expect((await server.request("/v1/webhooks/deliveries", { key })).status).toBe(200)
+    for (const path of ["/v1/wallet/transactions", "/v1/wallet/usage", "/v1/wallet/alert", "/v1/keys/current", "/v1/webhooks", "/v1/webhooks/deliveries"]) {
+      expect({ path, status: (await server.request(path, { key })).status }).toEqual({ path, status: 200 })
+    }
     expectEnvelope(await server.request("/v1/predict/pred_0123456789abcdef0123456789abcdef", { key }), 404, "not_found")
     expectEnvelope(await server.request("/v1/webhooks/deliveries/dlv_0123456789abcdef0123456789abcdef", { key }), 404, "not_found")
   })

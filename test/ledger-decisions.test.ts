@@ -5,7 +5,9 @@
  * monthly credits held across a rollover expire when the hold is resolved. After every test the
  * journal accounts for every credit: per bucket, balance == sum(journal).
  *
- * The same rules are proven on PostgreSQL by ledger.test.ts and ledger-service.test.ts.
+ * These cases run on the twin only. ledger.test.ts and ledger-service.test.ts test the PostgreSQL
+ * repository with cases of their own, not these: a rule the twin and the SQL answer differently is
+ * caught only where both files happen to test it.
  */
 import { describe, expect, test } from "bun:test"
 import { Effect, Exit, Layer, Option, References } from "effect"

@@ -126,7 +126,11 @@ describe("the hold sweeper", () => {
     const account = await newAccount(10, 5)
     await holdOf(account, 12)
     const jobHold = await holdOf(account, 2, false)
-    await Bun.sleep(150)
+    // Wait on the condition the sweeper acts on (the database's clock past the hold's expiry), not on a guessed delay.
+    const expired = async () =>
+      (await db.query("SELECT bool_and(expires_at <= now()) AS expired FROM holds WHERE account_id = $1 AND expires_at IS NOT NULL", [account]))
+        .rows[0].expired === true
+    while (!(await expired())) await Bun.sleep(10)
     const voided = await run(Effect.flatMap(Ledger, (ledger) => ledger.voidExpiredHolds))
     expect(voided).toBeGreaterThanOrEqual(1)
     const state = await expectBalanced(account)

@@ -394,9 +394,17 @@ for (const backend of [postgresBackend(), memoryBackend()]) describe(`contract o
 
     test("a heartbeat keeps the claim from being taken over; a stranger's heartbeat does not", async () => {
       const scope = `acct_${hex(6)}`
-      await run(withKeys((repo) => Effect.all([repo.claimKey(claimOf(scope, "kept", { owner: "a" })), repo.claimKey(claimOf(scope, "lost", { owner: "b" }))])))
-      // Real time, as the database's now() is: 1.5 s silent, then a lock timeout of 1 s.
-      await Bun.sleep(1_500)
+      await run(withKeys((repo) =>
+        Effect.all([
+          repo.claimKey(claimOf(scope, "kept", { owner: "a" })),
+          repo.claimKey(claimOf(scope, "lost", { owner: "b" })),
+          repo.claimKey(claimOf(scope, "probe", { owner: "c" }))
+        ])
+      ))
+      // Real time, as the database's now() is: wait until a claim made with these two has gone
+      // silent past a lock timeout of 1 s (a retry of the probe takes it over), not for a guessed delay.
+      const probeTakenOver = () => run(withKeys((repo) => repo.claimKey(claimOf(scope, "probe", { owner: "retry-c", lockSeconds: 1 })))).then(Option.isSome)
+      while (!(await probeTakenOver())) await Bun.sleep(50)
       await run(withKeys((repo) => Effect.all([repo.touchClaim(scope, "kept", "a"), repo.touchClaim(scope, "lost", "stranger")])))
       const takeovers = await run(withKeys((repo) =>
         Effect.all([
