@@ -447,6 +447,17 @@ describe("bad cursors", () => {
     expect(response.status).toBe(200)
     expect(response.body.data).toHaveLength(10)
   })
+
+  test("whitespace inside the query is collapsed for the cursor binding: runs of spaces, tabs and newlines are one space", async () => {
+    const first = await search("blimpwhistle blimpwhistle")
+    expect(first.status).toBe(200)
+    const cursor = first.body.next_cursor!
+    expect(typeof cursor).toBe("string")
+    const spaced = await search(" Blimpwhistle \t\n   blimpwhistle  ", cursor)
+    expect(spaced.status).toBe(200)
+    expect(ids(spaced)).toEqual(ids(await search("blimpwhistle blimpwhistle", cursor)))
+    expect(spaced.body.data.length).toBeGreaterThan(0)
+  })
 })
 
 describe("metering", () => {

@@ -139,6 +139,20 @@ describe("the error envelope", () => {
     expect(response.status).toBe(200)
     expect(response.headers.get("x-request-id")).toMatch(/^req_[0-9a-f]{32}$/)
   })
+
+  test("an incoming X-Request-Id is kept when it is 1–128 of [A-Za-z0-9_.:-], else replaced by a new one", async () => {
+    const answered = async (incoming: string) =>
+      (await server.request("/v1/wallet", { key, headers: { "x-request-id": incoming } })).headers.get("x-request-id")
+    for (const kept of ["a", "trace-01.span_2:x", "Z".repeat(128)]) expect(await answered(kept)).toBe(kept)
+    for (const refused of ["Z".repeat(129), "has space", "semi;colon", "quote\"", "slash/", "ünïcode", "<script>"]) {
+      const id = await answered(refused)
+      expect({ refused, id }).toEqual({ refused, id: expect.stringMatching(/^req_[0-9a-f]{32}$/) })
+    }
+    // An error answer keeps it as well (the envelope says the same id).
+    const missing = await server.request<ErrorBody>("/v1/nowhere", { key, headers: { "x-request-id": "mine-1" } })
+    expect(missing.headers.get("x-request-id")).toBe("mine-1")
+    expect(missing.body.error.request_id).toBe("mine-1")
+  })
 })
 
 describe("the admin API", () => {

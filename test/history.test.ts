@@ -463,6 +463,33 @@ describe("free journal growth", () => {
 })
 
 describe("usage summary", () => {
+  test("with no range it covers the last 30 days up to now; with only `to`, the 30 days before it", async () => {
+    const { accountId, key } = await server.account({ plan: "pro" })
+    for (const amount of [29, 31]) {
+      await server.admin(`/admin/accounts/${accountId}/credits`, { method: "POST", body: { bucket: "topup", amount } })
+      // Each grant dated that many days ago (less a minute, so the range's start is not on it).
+      await server.db.query(
+        `UPDATE credit_journal SET created_at = now() - make_interval(days => $2) + interval '1 minute'
+          WHERE seq = (SELECT max(seq) FROM credit_journal WHERE account_id = $1)`,
+        [accountId, amount]
+      )
+    }
+    const before = Date.now()
+    const recent = await usage(key)
+    const after = Date.now()
+    expect(recent.status).toBe(200)
+    const [from, to] = [Date.parse(recent.body.from), Date.parse(recent.body.to)]
+    expect(to).toBeGreaterThanOrEqual(before - 1_000)
+    expect(to).toBeLessThanOrEqual(after + 1_000)
+    expect(to - from).toBe(30 * 86_400_000)
+    // In: the plan's grant of today and the grant of 29 days ago; out: the one of 31 days ago.
+    expect(recent.body.totals.granted).toBe(1_000 + 29)
+    // Ending two days ago: both dated grants, not today's.
+    const onlyTo = await usage(key, `?to=${new Date(to - 2 * 86_400_000).toISOString()}`)
+    expect(Date.parse(onlyTo.body.to) - Date.parse(onlyTo.body.from)).toBe(30 * 86_400_000)
+    expect(onlyTo.body.totals.granted).toBe(29 + 31)
+  })
+
   test("spent, refunded, granted and expired per operation and per UTC day add up to the journal", async () => {
     const { accountId, key } = await server.account({ plan: "pro", monthly_balance: 100, topup_balance: 50 })
     await meteredRequest(accountId, "search", 2, 1)

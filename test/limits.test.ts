@@ -217,6 +217,32 @@ describe("rate-limit headers", () => {
     }
   })
 
+  test("each plan's keys are limited by its tier: plans without API access by pro's, arrangements by business's", async () => {
+    const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true" }, { databaseUrl: server.databaseUrl })
+    try {
+      const tiers: Record<string, string> = {}
+      for (const plan of ["free", "creator", "pro", "business", "enterprise", "invite", "complimentary", "custom"]) {
+        const { key } = await limited.account({ plan })
+        const answer = await limited.request("/v1/wallet", { key })
+        expect(answer.status).toBe(200)
+        tiers[plan] = answer.headers.get("ratelimit-policy")!
+      }
+      expect(tiers).toEqual({
+        free: '"pro";q=20;w=2',
+        creator: '"pro";q=20;w=2',
+        pro: '"pro";q=20;w=2',
+        business: '"business";q=100;w=2',
+        enterprise: '"enterprise";q=400;w=2',
+        invite: '"business";q=100;w=2',
+        complimentary: '"business";q=100;w=2',
+        custom: '"business";q=100;w=2'
+      })
+    } finally {
+      await limited.stop()
+      await limited.db.end()
+    }
+  })
+
   test("a 429 on a metered route takes nothing: no hold, no journal row, no X-Credits-Charged", async () => {
     // A refill of one token per 100 s: once drained, the bucket stays empty however slow the machine is.
     const limited = await startTestServer({ RATE_LIMIT_ENABLED: "true", RATE_LIMIT_PRO: "0.01/20" }, { databaseUrl: server.databaseUrl })

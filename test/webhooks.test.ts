@@ -261,6 +261,18 @@ describe("the webhook resource", () => {
     expect(verifies(oldSecret, after)).toBe(false)
   })
 
+  test("a second rotation keeps only the latest previous secret: deliveries are signed by the new and the one before, not the first", async () => {
+    const target = receiver()
+    const { key, secret: first } = await withWebhook(target.url)
+    const second = (await server.request<WebhookSecretBody>("/v1/webhooks/rotate", { method: "POST", key })).body.secret
+    const third = (await server.request<WebhookSecretBody>("/v1/webhooks/rotate", { method: "POST", key })).body.secret
+    expect(new Set([first, second, third]).size).toBe(3)
+    expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
+    const request = target.requests[0]
+    expect(request.headers["webhook-signature"].split(" ")).toHaveLength(2)
+    expect([third, second, first].map((secret) => verifies(secret, request))).toEqual([true, true, false])
+  })
+
   test("PUT validates the url: 422 validation_error naming it", async () => {
     const { key } = await server.account()
     const cases: ReadonlyArray<readonly [unknown, string]> = [
@@ -341,6 +353,21 @@ describe("test send", () => {
     expect(verifies(secret, request, request.body.replace("succeeded", "failed"))).toBe(false)
     // Nothing goes to the outbox.
     const { rows } = await server.db.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE event_id = $1", [event.id])
+    expect(rows[0].n).toBe(0)
+  })
+
+  test("each test send uses fresh ids: a new event id and a prediction id no job has", async () => {
+    const target = receiver()
+    const { key, secret } = await withWebhook(target.url)
+    for (let i = 0; i < 2; i++) {
+      expect((await server.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })).body.delivered).toBe(true)
+    }
+    const events = target.requests.map((request) => verify(secret, request) as WebhookEvent)
+    expect(events).toHaveLength(2)
+    expect(events[0].id).not.toBe(events[1].id)
+    expect(target.requests.map((request) => request.headers["webhook-id"])).toEqual(events.map((event) => event.id))
+    expect(events[0].data.id).not.toBe(events[1].data.id)
+    const { rows } = await server.db.query("SELECT count(*)::int AS n FROM predictions WHERE id = ANY($1)", [events.map((event) => event.data.id)])
     expect(rows[0].n).toBe(0)
   })
 
