@@ -5,12 +5,13 @@
  * (/openapi.json, /docs); the admin CLI away from its data; and the messages of common mistakes.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { request as httpRequest } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { brotliDecompressSync, gunzipSync } from "node:zlib"
 import Pg from "pg"
+import { importExampleLine } from "../src/Admin/ImportCommand.js"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { baseEnvironment, embeddedEnvironment, freePort, smallClip, startUntilBanner } from "./support/process.js"
@@ -295,6 +296,20 @@ describe("the admin CLI", () => {
     expect(help.exitCode).toBe(0)
     expect(help.stdout.toString()).toContain("Usage: npm run admin -- <command>")
     expect(help.stdout.toString()).toContain("credits grant <account_id>")
+  })
+
+  test("--help and operations.md show an NDJSON line the import takes, and that line imports", async () => {
+    const help = Bun.spawnSync([bun, "src/Admin/Cli.ts", "--help"], { cwd: root, env: baseEnvironment() }).stdout.toString()
+    const example = help.split("\n").map((line) => line.trim()).find((line) => line.startsWith("{"))!
+    expect(example).toBe(importExampleLine)
+    expect(readFileSync(join(root, "docs/operations.md"), "utf8")).toContain(importExampleLine)
+    const imported = await laptop.admin("/admin/catalog/hooks", {
+      method: "POST",
+      rawBody: example,
+      headers: { "content-type": "application/x-ndjson" }
+    })
+    expect(imported.status).toBe(200)
+    expect(imported.body).toMatchObject({ inserted: 1, rejected_count: 0 })
   })
 
   test("run where there is no data directory, it creates none and says where it looked", () => {

@@ -22,7 +22,7 @@ import { dataDirHolder } from "../EmbeddedDb.js"
 import { demoCategories } from "../Hooks/DemoData.js"
 import { SqlLive } from "../Sql.js"
 import { databaseInUse, missingDataDir } from "./Target.js"
-import { defaultChunking, importCommand, seedDemoCommand } from "./ImportCommand.js"
+import { defaultChunking, importCommand, importExampleLine, seedDemoCommand } from "./ImportCommand.js"
 import type { Plan, Scope } from "../Auth/Domain.js"
 import { usageCommand, usageHelp, usageOptions } from "./UsageCli.js"
 
@@ -41,6 +41,9 @@ ${usageHelp}
   catalog categories <file.json>        (a JSON array of { slug, name })
   catalog import <file.ndjson|file.json> [--from-line N] [--chunk-bytes N]
                                         (NDJSON goes in requests of at most --chunk-bytes, default 32 MiB)
+      one hook per line: text and platform required; id optional (derived from platform + source_url,
+      so then source_url is required); every other field of a hook may be left out or null, e.g.
+      ${importExampleLine}
   catalog seed-demo --count N [--from-line N] (the deterministic demo catalog: categories and hooks 0 … N-1)
   help                                  (this text; also --help, -h)
 

@@ -34,6 +34,10 @@ export interface NdjsonSource {
   readonly resumeCommand: (line: number) => string
 }
 
+/** One NDJSON line the import takes, as the CLI's help and docs/operations.md show it (a test imports it). */
+export const importExampleLine =
+  `{"text":"Stop scrolling if you hate meal prep","platform":"tiktok","source_url":"https://www.tiktok.com/@cook/video/1","published_at":"2026-01-15T12:00:00Z"}`
+
 /** The merged answer of every request, positions in lines of the whole input. */
 export interface ImportSummary extends ImportResult {
   readonly lines_read: number
