@@ -1,6 +1,6 @@
 /** Start: config → database (migrated) → services → HTTP server + background fibers. */
 import { NodeRuntime } from "@effect/platform-node"
-import { Cause, Effect, Exit, Layer, Option, Runtime } from "effect"
+import { Cause, Data, Effect, Exit, Layer, Option, Runtime } from "effect"
 import { rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { appLayer, ServerLive } from "./App.js"
@@ -45,6 +45,14 @@ const Main = Startup.pipe(
   Layer.provideMerge(ProcessGuardsLive)
 )
 
+/**
+ * A failure to start whose message already says what to do (the port is taken): logged as that
+ * one line, and the process exits 1 without the runtime's report of the cause and its stack.
+ */
+class StartRefused extends Data.TaggedError("StartRefused")<{ readonly message: string }> {
+  readonly [Runtime.errorReported] = false
+}
+
 /** A stop asked for by a signal (the main fiber interrupted, everything released) exits 0, as orchestrators expect. */
 const teardown: Runtime.Teardown = (exit, onExit) =>
   Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)
@@ -52,6 +60,8 @@ const teardown: Runtime.Teardown = (exit, onExit) =>
 Layer.launch(Main).pipe(
   // Runs after every layer has released (requests drained, work handed back, database closed).
   Effect.onInterrupt(() => Effect.logInfo("Hookline stopped")),
+  Effect.catchTag("ServerStartFailed", (failed) =>
+    Effect.logError(failed.message).pipe(Effect.andThen(Effect.fail(new StartRefused({ message: failed.message }))))),
   // LoggingLive is the only logger (one line per entry, redacted).
   Effect.provide(LoggingLive),
   NodeRuntime.runMain({ teardown })

@@ -373,6 +373,10 @@ describe("the terminal during the first hour", () => {
       const printed = taken.stdout.toString() + taken.stderr.toString()
       expect(printed).toContain(`Port ${port} is in use`)
       expect(printed).toContain(`choose another port with PORT, e.g. PORT=${port + 1} npm start`)
+      // That one line, not followed by the runtime's report of the failure and its stack.
+      expect(printed.split("\n").filter((line) => line.includes("is in use"))).toHaveLength(1)
+      expect(printed).not.toMatch(/^\s+at /m)
+      expect(printed).not.toContain("ServerStartFailed")
       // The port is checked before the embedded database is made: nothing was created for the refused start.
       expect(printed).not.toContain("embedded database")
       expect(readdirSync(otherDataDir)).toEqual([])
