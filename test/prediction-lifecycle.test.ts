@@ -18,6 +18,7 @@ import { PredictionJobs } from "../src/Predictions/Jobs.js"
 import { JobsRepo } from "../src/Predictions/JobsRepo.js"
 import { UploadQuotas } from "../src/Predictions/Quotas.js"
 import { ClipScorer, ScoreFailure } from "../src/Predictions/Scorer.js"
+import { BucketAccess } from "../src/Predictions/BucketCheck.js"
 import { PredictionsSweeper } from "../src/Predictions/Sweeper.js"
 import { PredictionUploads, type UploadBody } from "../src/Predictions/Uploads.js"
 import { UploadsRepo } from "../src/Predictions/UploadsRepo.js"
@@ -82,7 +83,7 @@ const PredictionServices = PredictionsSweeper.layerWithoutDependencies.pipe(
   Layer.provideMerge(PredictionUploads.layerWithoutDependencies),
   Layer.provideMerge(PredictionJobs.layerWithoutDependencies),
   Layer.provideMerge(
-    Layer.mergeAll(UploadsRepo.layer, JobsRepo.layer, UploadQuotas.layer, Ledger.layer, Webhooks.layer, WorkSignal.layer)
+    Layer.mergeAll(UploadsRepo.layer, JobsRepo.layer, UploadQuotas.layer, Ledger.layer, Webhooks.layer, WorkSignal.layer, BucketAccess.layer)
   ),
   Layer.provideMerge(Layer.merge(MemoryBlobStore, FakeScorer))
 )

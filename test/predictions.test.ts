@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect, Layer, Result } from "effect"
+import { ConfigProvider, Effect, Layer, Logger, Result } from "effect"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { basename, join } from "node:path"
@@ -14,7 +14,7 @@ import {
 import { type ClipScore, ClipScorer, ScoreFailure, type ScoreFailureType } from "../src/Predictions/Scorer.js"
 import { sniffMediaKind } from "../src/Predictions/MediaCheck.js"
 import { type Clip, type ClipSet, makeClips } from "./support/clips.js"
-import { startS3, type TestS3 } from "./support/s3.js"
+import { cannotList, startS3, type TestS3 } from "./support/s3.js"
 import {
   type ApiKeyBody,
   createDatabase,
@@ -961,6 +961,87 @@ describe("clips in S3-compatible object storage (s3rver: the real protocol, sign
     } finally {
       await server.close()
     }
+  })
+
+  describe("a bucket the credentials cannot fully use is loud", () => {
+    const metricsToken = "metrics-token-for-the-bucket-tests"
+    interface LogLine { readonly message: string; readonly level: string; readonly annotations: Record<string, unknown> }
+
+    const readinessOf = async (server: TestServer) => {
+      const ready = await server.request<{ error?: { type: string; message: string } }>("/readyz")
+      return { status: ready.status, message: ready.body.error?.message }
+    }
+    const gauge = async (server: TestServer, name: string) => {
+      const text = (await server.request<string>("/metrics", { key: metricsToken })).body
+      return Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+)`, "m").exec(text)?.[1])
+    }
+
+    test("credentials without list permission: /readyz 503 names s3:ListBucket; the watcher warns once a round, backing off", async () => {
+      const lines: Array<LogLine> = []
+      const server = await startTestServer({
+        ...s3Env(),
+        ...s3.env(cannotList),
+        S3_UPLOAD_WATCH_INTERVAL: "50 millis",
+        S3_UPLOAD_WATCH_MAX_BACKOFF: "400 millis",
+        S3_CHECK_INTERVAL: "100 millis",
+        METRICS_TOKEN: metricsToken
+      }, { logger: Logger.map(Logger.formatJson, (line) => lines.push(JSON.parse(line) as LogLine)) })
+      try {
+        const ready = await waitFor("readiness to fail", async () => {
+          const answer = await readinessOf(server)
+          return answer.status === 503 ? answer : undefined
+        })
+        expect(ready.message).toBe(`S3 bucket ${s3.bucket}: cannot list objects under uploads/ (needs s3:ListBucket): AccessDenied`)
+        expectEnvelope(await server.request("/readyz"), 503, "service_unavailable")
+
+        const watcherWarnings = () => lines.filter((line) => line.message.startsWith("watching presigned uploads failed"))
+        await waitFor("four failed watcher rounds", async () => watcherWarnings().length >= 4 ? true : undefined)
+        const rounds = watcherWarnings().slice(0, 4)
+        expect(rounds.map((line) => line.level)).toEqual(["WARN", "WARN", "WARN", "WARN"])
+        expect(rounds.map((line) => line.annotations.failed_rounds)).toEqual([1, 2, 3, 4])
+        expect(rounds.map((line) => line.annotations.next_round_ms)).toEqual([100, 200, 400, 400])
+        expect(rounds[0].annotations.error).toBe("AccessDenied")
+        expect(await gauge(server, "hookline_upload_watch_failing_rounds")).toBeGreaterThanOrEqual(4)
+        expect(await gauge(server, "hookline_blob_store_ready")).toBe(0)
+        // No error line a round: the check's failure is logged once, the watcher only warns.
+        expect(lines.filter((line) => line.level === "ERROR").map((line) => line.message)).toEqual([
+          `clip store check failed: ${ready.message}`
+        ])
+      } finally {
+        await server.close()
+      }
+    })
+
+    test("a wrong secret: /readyz 503 names the refused write, and the links the server hands out are refused by the store", async () => {
+      const server = await startTestServer({ ...s3Env(), S3_SECRET_ACCESS_KEY: "not-the-secret", S3_CHECK_INTERVAL: "100 millis" })
+      try {
+        const ready = await waitFor("readiness to fail", async () => {
+          const answer = await readinessOf(server)
+          return answer.status === 503 ? answer : undefined
+        })
+        expect(ready.message).toBe(`S3 bucket ${s3.bucket}: cannot write objects under uploads/ (needs s3:PutObject): SignatureDoesNotMatch`)
+        const owner = await server.account({ plan: "pro", monthly_balance: 100 })
+        const link = await createLink(server, owner.key)
+        const refused = await fetch(link.upload_url, { method: "PUT", body: readFileSync(clips.cutMp4.path) })
+        expect(refused.status).toBe(403)
+        expect(await refused.text()).toContain("<Code>SignatureDoesNotMatch</Code>")
+        await expectWallet(server.db, owner.accountId, { monthly: 100, topup: 0, pendingHolds: 0 })
+      } finally {
+        await server.close()
+      }
+    })
+
+    test("full access: the check passes and /readyz answers 200", async () => {
+      const server = await startTestServer({ ...s3Env(), METRICS_TOKEN: metricsToken })
+      try {
+        await waitFor("the first check", async () => (await gauge(server, "hookline_blob_store_ready")) === 1 ? true : undefined)
+        expect((await readinessOf(server)).status).toBe(200)
+        // The check leaves nothing behind.
+        expect((await s3.keys()).filter((key) => key.includes("access-check"))).toEqual([])
+      } finally {
+        await server.close()
+      }
+    })
   })
 
   describe("uploads through the server (S3_UPLOAD_MODE=proxy)", () => {

@@ -179,6 +179,28 @@ export const recordRateLimitFallback = (fallback: boolean): void => {
   if (fallback) add(rateLimitFallbacks({}), 1)
 }
 
+const blobStoreReady = gauge(
+  "hookline_blob_store_ready",
+  "1 while the clip store passes its access check (write, read, list and delete under its prefixes), else 0."
+)
+const uploadWatchFailing = gauge(
+  "hookline_upload_watch_failing_rounds",
+  "Presigned uploads: rounds of the bucket watcher that failed in a row (0 while it works)."
+)
+const uploadWatchFailures = counter(
+  "hookline_upload_watch_failures_total",
+  "Presigned uploads: rounds of the bucket watcher that failed."
+)
+
+/** The clip store's access check passed (true) or did not. */
+export const recordBlobStoreCheck = (ready: boolean): void => add(blobStoreReady({}), ready ? 1 : 0)
+
+/** A round of the presigned-upload watcher ended, after `failedInARow` failed rounds (0: it worked). */
+export const recordUploadWatch = (failedInARow: number): void => {
+  add(uploadWatchFailing({}), failedInARow)
+  if (failedInARow > 0) add(uploadWatchFailures({}), 1)
+}
+
 // Read from the database, at most once per refresh interval.
 const jobsByState = gauge("hookline_jobs", "Prediction jobs in the database, by state.")
 const queueDepth = gauge(

@@ -6,12 +6,13 @@
  * A `put` is atomic: after success the whole object exists under its key, after failure or
  * interruption nothing does. Storage I/O errors are defects (the caller's job or request fails).
  */
-import { Context, Duration, Effect, Exit, Layer, Option, Redacted, Stream } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Option, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { ServerConfig } from "../Config.js"
 import { wholeSeconds } from "../Durations.js"
+import { BucketAccess, s3ClientOf } from "./BucketCheck.js"
 import { BlobConfig } from "./Config.js"
 
 export interface BlobStoreApi {
@@ -163,20 +164,9 @@ const s3Store = (client: Bun.S3Client, tmpDir: string, presigned: boolean): Blob
 const make = Effect.gen(function*() {
   const server = yield* ServerConfig
   const config = yield* BlobConfig
-  const store: BlobStoreApi = Option.match(config.s3Bucket, {
+  const store: BlobStoreApi = Option.match(s3ClientOf(config), {
     onNone: () => fileStore(join(server.dataDir, "blobs")),
-    onSome: (bucket) =>
-      s3Store(
-        new Bun.S3Client({
-          bucket,
-          endpoint: Option.getOrUndefined(config.s3Endpoint),
-          region: Option.getOrUndefined(config.s3Region),
-          accessKeyId: Option.getOrUndefined(Option.map(config.s3AccessKeyId, Redacted.value)),
-          secretAccessKey: Option.getOrUndefined(Option.map(config.s3SecretAccessKey, Redacted.value))
-        }),
-        join(server.dataDir, "tmp"),
-        config.s3UploadMode === "presigned"
-      )
+    onSome: ({ client }) => s3Store(client, join(server.dataDir, "tmp"), config.s3UploadMode === "presigned")
   })
   return { ...store, watchInterval: config.s3WatchInterval }
 })
@@ -187,5 +177,6 @@ export interface BlobStoreShape extends BlobStoreApi {
 }
 
 export class BlobStore extends Context.Service<BlobStore, BlobStoreShape>()("hookline/BlobStore") {
-  static readonly layer = Layer.effect(BlobStore, make)
+  /** The store, and the state of its access check (BucketCheck.ts), which the background updates and /readyz reads. */
+  static readonly layer = Layer.merge(Layer.effect(BlobStore, make), BucketAccess.layer)
 }

@@ -16,12 +16,17 @@
  * it lists the bucket's `uploads/` folder once and lands the objects of pending links. Pending
  * links without an object cost nothing, so no number of them can delay another tenant's upload.
  * An object under a link that was already used (S3 takes a presigned PUT again until the link
- * expires), expired or unknown is deleted.
+ * expires), expired or unknown is deleted. A round that fails (the bucket cannot be listed, the
+ * store does not answer) is retried after twice the last wait, up to S3_UPLOAD_WATCH_MAX_BACKOFF,
+ * with one warning per failed round (`hookline_upload_watch_failing_rounds` counts them in a row)
+ * and one line once a round works again. With S3 the bucket's access is checked at start and every
+ * S3_CHECK_INTERVAL (BucketCheck.ts), for /readyz.
  */
 import { Context, Effect, Layer, Option, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { logBackgroundFailure, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
+import { BucketAccess, watchWithBackoff } from "./BucketCheck.js"
 import { PredictionJobs, sweepBatch } from "./Jobs.js"
 import { failedWith } from "./Outcome.js"
 import { currentDate } from "../Repository.js"
@@ -39,6 +44,7 @@ const make = Effect.gen(function*() {
   const jobs = yield* PredictionJobs
   const uploads = yield* PredictionUploads
   const blobs = yield* BlobStore
+  const access = yield* BucketAccess
   const config = jobs.config
 
   const objectArrived = (blobKey: string | null) =>
@@ -92,8 +98,8 @@ const make = Effect.gen(function*() {
     step("delete files", jobs.deleteLeftoverFiles)
   ], { discard: true }).pipe(Effect.withSpan("Predictions.sweep"))
 
-  /** Presigned mode: lands the objects of pending links, deletes objects no link may keep. */
-  const watchPresigned = Effect.gen(function*() {
+  /** Presigned mode: one round; lands the objects of pending links, deletes objects no link may keep. */
+  const watchRound = Effect.gen(function*() {
     const keys = (yield* blobs.list(uploadsFolder)).filter((key) => uploadKey.test(key))
     if (keys.length === 0) return
     const known = yield* repo.findByIds(keys.map((key) => key.slice(uploadsFolder.length)))
@@ -104,9 +110,12 @@ const make = Effect.gen(function*() {
       // Being landed right now, or the job's own file (proxy mode keeps it here): left alone.
       else if (upload?.status !== "receiving" && upload?.blob_key !== key) yield* blobs.remove(key)
     }
-  }).pipe((effect) => step("watch presigned uploads", effect))
+  })
 
-  return { sweep, watchPresigned, presigned: uploads.presigned, watchInterval: blobs.watchInterval, config } as const
+  /** Presigned mode: rounds for as long as the process runs, backing off while they fail. */
+  const watchPresigned = watchWithBackoff(watchRound, blobs.watchInterval, access.config.watchMaxBackoff)
+
+  return { sweep, watchPresigned, checkBucket: access.checkForever, presigned: uploads.presigned, config } as const
 })
 
 export class PredictionsSweeper extends Context.Service<PredictionsSweeper, Effect.Success<typeof make>>()("hookline/PredictionsSweeper") {
@@ -116,13 +125,12 @@ export class PredictionsSweeper extends Context.Service<PredictionsSweeper, Effe
   )
 }
 
-/** The sweeper's schedule, and in presigned mode the watcher's. */
+/** The sweeper's schedule, the bucket's access check, and in presigned mode the watcher. */
 export const PredictionsSweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const sweeper = yield* PredictionsSweeper
     yield* sweeper.sweep.pipe(Effect.repeat(Schedule.spaced(sweeper.config.sweepInterval)), Effect.forkScoped)
-    if (sweeper.presigned) {
-      yield* sweeper.watchPresigned.pipe(Effect.repeat(Schedule.spaced(sweeper.watchInterval)), Effect.forkScoped)
-    }
+    yield* Effect.forkScoped(sweeper.checkBucket)
+    if (sweeper.presigned) yield* Effect.forkScoped(sweeper.watchPresigned)
   })
 ).pipe(Layer.provide(PredictionsSweeper.layer))

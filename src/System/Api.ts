@@ -29,10 +29,11 @@ export class SystemApi extends HttpApiGroup.make("system")
   )
   .add(
     HttpApiEndpoint.get("readyz", "/readyz", { success: Readiness, error: ServiceUnavailableWire })
-      .annotate(OpenApi.Summary, "Readiness: the database answers and migrations are applied")
+      .annotate(OpenApi.Summary, "Readiness: the database answers, migrations are applied, the clip store works")
       .annotate(
         OpenApi.Description,
-        "503 with the reason while the database does not answer. 200 `degraded` while the shared rate limit store " +
+        "503 with the reason while the database does not answer, or while the S3 bucket's last access check failed " +
+          "(the message names the operation and the permission it needs). 200 `degraded` while the shared rate limit store " +
           "(Redis) fails or is late: requests are still served, limits counted per process (`rate_limit_store` says where)."
       )
   )

@@ -4,6 +4,7 @@ import { readdirSync } from "node:fs"
 import { HooklineApi } from "../Api.js"
 import { ServiceUnavailable } from "../Errors.js"
 import { Metrics } from "../Observability/Metrics.js"
+import { BucketAccess } from "../Predictions/BucketCheck.js"
 import { checkMetricsAccess } from "./MetricsEndpoint.js"
 import { StartupWork } from "./Startup.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
@@ -26,6 +27,7 @@ export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handl
   Effect.gen(function*() {
     const metrics = yield* Metrics
     const rateLimits = yield* RateLimits
+    const bucket = yield* BucketAccess
     return handlers
       .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
       .handle("metrics", () => Effect.andThen(checkMetricsAccess, metrics.scrape))
@@ -41,6 +43,9 @@ export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handl
             if (latest < latestMigrationId) {
               return Effect.fail(new ServiceUnavailable({ message: "Database migrations are not applied yet." }))
             }
+            // The clip store's last access check (run by the background every S3_CHECK_INTERVAL).
+            const storeProblem = bucket.problem()
+            if (storeProblem !== null) return Effect.fail(new ServiceUnavailable({ message: storeProblem }))
             const degraded = rateLimits.degradation()
             const rate_limit_store = rateLimits.storeMode()
             return Effect.succeed(
