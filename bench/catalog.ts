@@ -190,13 +190,13 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
     return rows
   }
   const page = async (
-    accountId: string,
+    caller: { readonly accountId: string; readonly keyId: string },
     operation: "search" | "list",
     binding: string,
     rows: () => Promise<Array<Record<string, unknown>>>,
     position: (row: Record<string, unknown>) => unknown
   ) => {
-    const hold = await reserve(pool, accountId, 2, { operation, requestId: newId("req") })
+    const hold = await reserve(pool, caller.accountId, 2, { operation, requestId: newId("req"), keyId: caller.keyId })
     if (hold === null) return error(402, "insufficient_credits", "Not enough credits.")
     const found = await rows()
     const data = found.slice(0, pageSize)
@@ -221,7 +221,7 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       const binding = cursorBinding("search", query)
       const after = cursor === null ? null : Option.getOrNull(decodeCursor(secret, binding, cursor, SearchPosition))
       if (cursor !== null && after === null) return error(400, "invalid_cursor", "Bad cursor.")
-      return page(caller.accountId, "search", binding, () =>
+      return page(caller, "search", binding, () =>
         cached(`search\0${query}`, after === null, async () =>
           (await pool.query(searchPageSql, [query, after?.[0] ?? null, after?.[1] ?? null, after?.[2] ?? null, pageSize + 1, 10_000])).rows), (row) => [row.k1, Number(row.k2), row.id])
     },
@@ -232,7 +232,7 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       if (caller instanceof Response) return caller
       const query = (url.searchParams.get("q") ?? "").trim().replace(/\s+/g, " ").toLowerCase()
       if (query === "" || query.length > 200) return error(422, "validation_error", "q: invalid")
-      return page(caller.accountId, "search", cursorBinding("search", query), async () =>
+      return page(caller, "search", cursorBinding("search", query), async () =>
         (await pool.query(naiveSearchSql, [query, pageSize + 1])).rows, (row) => [row.k1, Number(row.k2), row.id])
     },
     "GET /v1/hooks/list": async (request, url) => {
@@ -247,7 +247,7 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       if (!(await pool.query<{ found: boolean }>(categoryExistsSql, [category])).rows[0].found) {
         return error(422, "validation_error", "category: unknown slug")
       }
-      return page(caller.accountId, "list", binding, () =>
+      return page(caller, "list", binding, () =>
         cached(`list\0${category}`, after === null, async () =>
           (await pool.query(listPageSql, [category, after?.[0] ?? topSortMs, after?.[1] ?? "", pageSize + 1])).rows), (row) => [Number(row.k2), row.id])
     },
@@ -257,7 +257,7 @@ const baselineRoutes: BaselineRouteModule = ({ pool, authenticate, json }: Basel
       if (!/^hook_[0-9a-f]{32}$/.test(params.id)) return error(404, "not_found", "No such hook.")
       const { rows } = await pool.query(hookSql, [params.id])
       if (rows.length === 0) return error(404, "not_found", "No such hook.")
-      const settled = await charge(pool, caller.accountId, 1, { operation: "hook", referenceId: params.id, requestId: newId("req") })
+      const settled = await charge(pool, caller.accountId, 1, { operation: "hook", referenceId: params.id, requestId: newId("req"), keyId: caller.keyId })
       if (settled === null) return error(402, "insufficient_credits", "Not enough credits.")
       const row = rows[0]
       return json(

@@ -557,6 +557,31 @@ for (const backend of backends) {
       expect(total((row) => row.net)).toBe(result.balances.monthly + result.balances.topup)
       expect(result.later).toEqual([])
     })
+
+    test("usage by key: each key's debits net of what its holds gave back, grants and expiries under none, in key order", async () => {
+      const now = Date.now()
+      const suffix = newId("key").slice(4)
+      const keys = [`key_a${suffix}`, `key_b${suffix}`]
+      const result = await check(Effect.gen(function*() {
+        const ledger = yield* LedgerRepo
+        const history = yield* HistoryRepo
+        const accountId = yield* openAccount({ monthlyGrant: 100, monthly: 40, topup: 20 })
+        const debit = { accountId, operation: "search" as const, referenceId: null, requestId: null, expiresInSeconds: 600 }
+        yield* ledger.reserveHold({ ...debit, amount: 10, keyId: keys[0], holdId: newId("hold") })
+        const held = newId("hold")
+        yield* ledger.reserveHold({ ...debit, amount: 6, keyId: keys[1], holdId: held })
+        yield* ledger.settleHold({ holdId: held, charge: 1 })
+        yield* ledger.chargeAtOnce({ accountId, amount: 2, operation: "hook", referenceId: null, requestId: null, keyId: keys[0] })
+        yield* ledger.startNewPeriod({ accountId, monthlyGrant: 100 })
+        return yield* history.usageRows(accountId, new Date(now - 24 * hour), new Date(now + 24 * hour), "key")
+      }))
+      const zero = { spent: 0, refunded: 0, granted: 0, expired: 0 }
+      expect(result).toEqual([
+        { ...zero, key: keys[0], spent: 12, net: -12 },
+        { ...zero, key: keys[1], spent: 1, net: -1 },
+        { ...zero, key: "none", granted: 160, expired: 27, net: 133 }
+      ])
+    })
   })
 }
 

@@ -48,7 +48,20 @@ export interface ReserveOptions {
   readonly operation: string
   readonly referenceId?: string | null
   readonly requestId?: string | null
+  /** The caller's API key, counted against its spend limit as the Ledger counts it. */
+  readonly keyId?: string | null
 }
+
+/** src/Ledger/RepoSql.ts `keyBudgetCte`. */
+const keyBudgetCte = (keyId: string | null) =>
+  keyId === null
+    ? sql`budget AS (SELECT NULL::bigint AS lim, 0::bigint AS spent, NULL::timestamptz AS kpe WHERE false)`
+    : sql`budget AS (
+        SELECT k.spend_limit AS lim, CASE WHEN k.spend_period_end = b.kpe THEN k.period_spent ELSE 0 END AS spent, b.kpe
+          FROM api_keys k JOIN (SELECT hookline_key_period_end(pe) AS kpe FROM old) b ON true
+         WHERE k.id = ${keyId}
+           FOR NO KEY UPDATE OF k
+      )`
 
 /**
  * src/Ledger/RepoSql.ts `debitStatement`, the statement and its parameters in the same order:
@@ -61,15 +74,21 @@ export const reserveStatement = (
   holdId: string | null,
   expiresInSeconds: number | null
 ) => {
-  const debit = { operation: options.operation, referenceId: options.referenceId ?? null, requestId: options.requestId ?? null }
+  const debit = {
+    operation: options.operation,
+    referenceId: options.referenceId ?? null,
+    requestId: options.requestId ?? null,
+    keyId: options.keyId ?? null
+  }
   const operation = debit.operation
   const expiresAt = expiresInSeconds === null ? sql`NULL::timestamptz` : sql`now() + make_interval(secs => ${expiresInSeconds})`
   const holdCte = holdId === null
     ? sql`hold AS (SELECT NULL::text AS id)`
     : sql`hold AS (
-        INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end)
+        INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end,
+                           key_id, key_period_end)
         SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${operation},
-               ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end
+               ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end, ${debit.keyId}, key_period_end
           FROM upd${expiresInSeconds === null ? sql`` : sql`, (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only`}
         RETURNING id
       )`
@@ -78,31 +97,40 @@ export const reserveStatement = (
       SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
         FROM wallets WHERE account_id = ${accountId} FOR UPDATE
     ),
+    ${keyBudgetCte(debit.keyId)},
     upd AS (
       UPDATE wallets w
          SET monthly_balance = o.m - LEAST(o.m, ${amount}),
              topup_balance = o.t - (${amount} - LEAST(o.m, ${amount}))
-        FROM old o
+        FROM old o LEFT JOIN budget k ON true
        WHERE w.account_id = ${accountId}
          AND o.m + o.t >= ${amount}
          AND (o.pe IS NULL OR o.pe > now())
+         AND (k.lim IS NULL OR k.spent + ${amount} <= k.lim)
       RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
-                w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end
+                w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end,
+                k.spent AS key_spent, k.kpe AS key_period_end
+    ),
+    key_spend AS (
+      UPDATE api_keys SET period_spent = u.key_spent + ${amount}, spend_period_end = u.key_period_end
+        FROM upd u WHERE api_keys.id = ${debit.keyId} AND u.key_period_end IS NOT NULL
+      RETURNING 1
     ),
     ${holdCte},
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, key_id)
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
         FROM upd WHERE from_monthly > 0
       UNION ALL
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
         FROM upd WHERE from_topup > 0
       RETURNING 1
     )
-    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance
-      FROM old o LEFT JOIN upd u ON true`
+    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance,
+           COALESCE(k.spent + ${amount} > k.lim, false) AS over_limit, k.lim AS spend_limit, k.kpe AS key_period_end
+      FROM old o LEFT JOIN upd u ON true LEFT JOIN budget k ON true`
 }
 
 /** src/Ledger/RepoSql.ts `resolveStatement` (settle when status is "settled"), same statement and order. */
@@ -126,7 +154,7 @@ export const resolveStatement = (holdId: string, charge: number, status: "settle
       RETURNING holds.account_id, holds.operation, holds.reference_id, holds.request_id,
                 holds.monthly_amount - LEAST(holds.monthly_amount, ${charge}) AS back_m,
                 holds.topup_amount - (${charge} - LEAST(holds.monthly_amount, ${charge})) AS back_t,
-                holds.period_end IS DISTINCT FROM cur.pe AS lapsed
+                holds.period_end IS DISTINCT FROM cur.pe AS lapsed, holds.key_id, holds.key_period_end
     ),
     k AS (
       SELECT h.*, CASE WHEN h.lapsed THEN 0 ELSE h.back_m END AS kept_m FROM h
@@ -136,18 +164,23 @@ export const resolveStatement = (holdId: string, charge: number, status: "settle
         FROM k WHERE wallets.account_id = k.account_id
       RETURNING wallets.monthly_balance, wallets.topup_balance
     ),
+    key_back AS (
+      UPDATE api_keys SET period_spent = period_spent - (h.back_m + h.back_t)
+        FROM h WHERE api_keys.id = h.key_id AND api_keys.spend_period_end = h.key_period_end AND h.back_m + h.back_t > 0
+      RETURNING 1
+    ),
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason, key_id)
       SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
         FROM k, w WHERE k.back_t > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
         FROM k, w WHERE k.back_m > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'expire', 'monthly', -k.back_m, w.monthly_balance, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held'
+             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held', k.key_id
         FROM k, w WHERE k.back_m > 0 AND k.lapsed
       RETURNING 1
     )
