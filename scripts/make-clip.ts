@@ -1,12 +1,14 @@
 /**
  * Makes a short vertical test clip to score: `npm run clip [-- path.mp4]` prints the path it
- * wrote (by default hookline-clip.mp4 in the temp directory, so the working tree stays clean).
+ * wrote (by default a new hookline-clip-….mp4 in the temp directory, so the working tree stays
+ * clean and two runs, or two users of one machine, never write the same file).
  *
  * Six seconds of 360x640 H.264 with a tone: a moving test pattern, a hard cut at 1.2 s to a
  * darker shot. Made with the filters the npm-bundled ffmpeg has, so no system ffmpeg is needed
  * (FFMPEG_PATH, then an ffmpeg on PATH, are used first when there is one, as the scorer does).
  */
 import ffmpegInstaller from "@ffmpeg-installer/ffmpeg"
+import { randomBytes } from "node:crypto"
 import { statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
@@ -16,7 +18,9 @@ const ffmpeg = process.env.FFMPEG_PATH ?? Bun.which("ffmpeg") ?? ffmpegInstaller
 // `npm run` starts scripts in the package's directory; a relative path means the caller's.
 const callerDirectory = process.env.INIT_CWD ?? process.cwd()
 const requested = process.argv[2]
-const output = requested === undefined ? join(tmpdir(), "hookline-clip.mp4") : resolve(callerDirectory, requested)
+const output = requested === undefined
+  ? join(tmpdir(), `hookline-clip-${randomBytes(6).toString("hex")}.mp4`)
+  : resolve(callerDirectory, requested)
 
 const size = "360x640"
 const fps = 25

@@ -290,6 +290,32 @@ describe("messages of common mistakes", () => {
   })
 })
 
+describe("npm run clip", () => {
+  test("writes a new file in the temp directory each run, or the path it is given", () => {
+    const clip = (...args: Array<string>) => Bun.spawnSync([bun, "scripts/make-clip.ts", ...args], { cwd: root, env: baseEnvironment() })
+    const dir = mkdtempSync(join(tmpdir(), "hookline-clip-test-"))
+    const written: Array<string> = []
+    try {
+      for (let i = 0; i < 2; i++) {
+        const run = clip()
+        expect(run.exitCode).toBe(0)
+        written.push(run.stdout.toString().trim())
+      }
+      expect(written[0]).not.toBe(written[1])
+      for (const path of written) {
+        expect(path.startsWith(join(tmpdir(), "hookline-clip-"))).toBe(true)
+        expect(readFileSync(path).subarray(4, 8).toString()).toBe("ftyp")
+      }
+      const given = clip(join(dir, "mine.mp4"))
+      expect(given.stdout.toString().trim()).toBe(join(dir, "mine.mp4"))
+      expect(existsSync(join(dir, "mine.mp4"))).toBe(true)
+    } finally {
+      for (const path of written) rmSync(path, { force: true })
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
+
 describe("the admin CLI", () => {
   test("npm run admin -- --help prints the usage and exits 0", () => {
     const help = Bun.spawnSync(["npm", "run", "--silent", "admin", "--", "--help"], { cwd: root, env: baseEnvironment() })
