@@ -8,6 +8,7 @@ import { Cause, ConfigProvider, Effect, Exit, Layer, Redacted, Result, Stream } 
 import { createHash } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { ProgressReporter } from "../src/Admin/ImportProgress.js"
 import { HookCatalog } from "../src/Hooks/HookCatalog.js"
 import { importHooks, type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
 import { type ErrorBody, type HookPage, type HookRichBody, type ImportResult, startTestServer, type TestServer } from "./support/server.js"
@@ -290,5 +291,25 @@ describe("importing a file (the CLI path)", () => {
     expect(progress.map((p) => [p.staged, p.inserted])).toEqual([[10, 0], [20, 0], [25, 0], [25, 25]])
     expect(progress.at(-1)?.records).toBe(25)
     expect(await searchIds("filefinch")).toHaveLength(25)
+  })
+})
+
+describe("the CLI's import progress on a pipe", () => {
+  const lines = (intervalMs: number, points: ReadonlyArray<number>) => {
+    const written: Array<string> = []
+    const progress = new ProgressReporter("hooks.ndjson", { bytes: 1_000 }, { isTTY: false, write: (text) => written.push(text) }, intervalMs)
+    for (const [index, bytes] of points.entries()) progress.update({ bytes, lines: (index + 1) * 10, hooks: (index + 1) * 10 })
+    progress.stop()
+    return written.map((line) => line.replace(/, \S+ hooks\/s\n$/, ""))
+  }
+
+  test("a short import prints its line once: the last, at the end", () => {
+    expect(lines(10_000, [1_000])).toEqual(["hooks.ndjson: 100.0% (0/0 MiB, 10 lines)"])
+  })
+
+  test("with a line per update the end adds none that says the same", () => {
+    const written = lines(0, [500, 1_000])
+    expect(written).toHaveLength(2)
+    expect(written[1]).toBe("hooks.ndjson: 100.0% (0/0 MiB, 20 lines)")
   })
 })

@@ -21,7 +21,10 @@ const thousands = (n: number) => Math.round(n).toLocaleString("en-US")
 
 export class ProgressReporter {
   private readonly started = performance.now()
-  private lastDrawn = Number.NEGATIVE_INFINITY
+  /** A terminal's bar is drawn at once; a plain line first comes an interval after the start. */
+  private lastDrawn: number
+  /** The point of the last plain line: stop() does not write the same one again. */
+  private lastWritten: ProgressPoint | null = null
   private last: ProgressPoint = { bytes: 0, lines: 0, hooks: 0 }
   private baseline: ProgressPoint | null = null
 
@@ -30,7 +33,9 @@ export class ProgressReporter {
     private readonly total: { readonly bytes: number } | { readonly lines: number },
     private readonly out: ProgressOutput = process.stderr,
     private readonly intervalMs = Number(process.env.IMPORT_PROGRESS_INTERVAL_MS ?? 10_000)
-  ) {}
+  ) {
+    this.lastDrawn = out.isTTY === true ? Number.NEGATIVE_INFINITY : this.started
+  }
 
   private text(point: ProgressPoint): string {
     const done = "bytes" in this.total ? point.bytes : point.lines
@@ -68,11 +73,16 @@ export class ProgressReporter {
     } else {
       if (now - this.lastDrawn < this.intervalMs) return
       this.out.write(this.text(point) + "\n")
+      this.lastWritten = point
     }
     this.lastDrawn = now
   }
 
   stop(): void {
-    this.out.write(this.out.isTTY === true ? this.bar(this.last) + "\n" : this.text(this.last) + "\n")
+    if (this.out.isTTY === true) {
+      this.out.write(this.bar(this.last) + "\n")
+    } else if (this.lastWritten?.lines !== this.last.lines || this.lastWritten.bytes !== this.last.bytes) {
+      this.out.write(this.text(this.last) + "\n")
+    }
   }
 }
