@@ -1,9 +1,9 @@
 /** The wallet contract and the credit history. */
-import { Schema, SchemaTransformation } from "effect"
+import { Schema } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
-import { Cursor, existsOnCalendar, ListOf, notOnCalendar, PageLimit, strict, Timestamp } from "../Schemas.js"
+import { Cursor, ListOf, PageLimit, strict, Timestamp, timestampInput } from "../Schemas.js"
 import { toNullableTimestamp } from "../Schemas.js"
 import { Bucket, type WalletState } from "./Domain.js"
 import { predictionPrice } from "./Prices.js"
@@ -80,22 +80,6 @@ export type CreditTransaction = typeof CreditTransaction.Type
 
 export const CreditTransactionList = ListOf(CreditTransaction, "CreditTransactionList")
 export type CreditTransactionList = typeof CreditTransactionList.Type
-
-/**
- * A date (`2026-11-22`, midnight UTC) or a date-time with Z or an offset. The description goes on
- * the string, the side the query string and the OpenAPI document show; the `u` flag lets the
- * pattern into the document.
- */
-const timestampPattern = /^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/u
-
-export const timestampInput = (description: string) =>
-  Schema.String.check(
-    Schema.isPattern(timestampPattern, {
-      message: "must be an ISO 8601 date or date-time with Z or an offset, e.g. 2026-11-22T14:28:55.123Z"
-    }),
-    // A value of the wrong form is the pattern's to report.
-    Schema.makeFilter((value: string) => !timestampPattern.test(value) || existsOnCalendar(value), { message: notOnCalendar })
-  ).annotate({ description }).pipe(Schema.decodeTo(Schema.Date, SchemaTransformation.dateFromString))
 
 export const TransactionParams = Schema.Struct({
   limit: Schema.optional(PageLimit),
