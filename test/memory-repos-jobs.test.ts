@@ -794,6 +794,35 @@ const webhookCases = (backend: Backend) => {
     expect(await backend.attemptsOf(ids.d100)).toEqual([])
   })
 
+  test("recovery: an account's failed deliveries since a time are due again oldest first, a pace apart; older, delivered and other accounts' are not; none while disabled", async () => {
+    const [owner, other] = [await backend.owner(), await backend.owner()]
+    await backend.run(Effect.gen(function*() {
+      const repo = yield* WebhooksRepo
+      yield* createWebhook(owner.accountId)
+      yield* createWebhook(other.accountId)
+      yield* attemptOnce(owner.accountId, 10, { statusCode: 500, delivered: false })
+      yield* attemptOnce(owner.accountId, 100, { statusCode: 200, delivered: true })
+      yield* attemptOnce(owner.accountId, 110, { statusCode: 500, delivered: false })
+      yield* attemptOnce(owner.accountId, 120, { statusCode: 500, delivered: false })
+      yield* attemptOnce(other.accountId, 130, { statusCode: 500, delivered: false })
+      const pace = (n: number) => new Date(at(200).getTime() + n * 250)
+      const recovered = yield* repo.recoverDeliveries({ accountId: owner.accountId, since: at(50), now: at(200), paceMs: 250 })
+      expect(recovered).toEqual({ queued: 2, last_attempt_at: pace(1) })
+      const list = (accountId: string, status: "pending" | "failed") =>
+        repo.listDeliveries({ accountId, status, afterId: undefined, limit: 10 })
+      // Newest first: the one created at 120 s goes a pace after the one created at 110 s.
+      expect((yield* list(owner.accountId, "pending")).map((row) => row.next_attempt_at)).toEqual([pace(1), pace(0)])
+      expect((yield* list(owner.accountId, "failed")).map((row) => row.created_at)).toEqual([at(10)])
+      expect((yield* list(other.accountId, "failed")).length).toBe(1)
+      expect((yield* repo.recoverDeliveries({ accountId: owner.accountId, since: at(50), now: at(201), paceMs: 250 })).queued).toBe(0)
+      yield* repo.disableForPlanLoss(other.accountId)
+      expect(yield* repo.recoverDeliveries({ accountId: other.accountId, since: at(0), now: at(202), paceMs: 250 })).toEqual({
+        queued: 0,
+        last_attempt_at: null
+      })
+    }))
+  })
+
   test("endpoint health: 410 disables at once; failures for WEBHOOK_DISABLE_AFTER disable; a delivery ends the streak", async () => {
     const [gone, failing, recovering] = [await backend.owner(), await backend.owner(), await backend.owner()]
     await backend.run(Effect.gen(function*() {

@@ -25,6 +25,7 @@ import {
 } from "../Ledger/Api.js"
 import { Bucket } from "../Ledger/Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
+import { RecoverDeliveries, recoverDescription, WebhookRecovery } from "../Webhooks/Api.js"
 
 /** A whole number of credits in [min, max], with one plain message for any other number. */
 const wholeCredits = (min: number, max: number) =>
@@ -205,6 +206,16 @@ export class AdminApi extends HttpApiGroup.make("admin")
       .annotate(HttpApi.QueryParseOptions, strict)
       .annotate(OpenApi.Summary, "Summarise an account's credit usage")
       .annotate(OpenApi.Description, usageDescription)
+  )
+  .add(
+    HttpApiEndpoint.post("recoverDeliveries", "/accounts/:id/webhooks/deliveries/recover", {
+      params: accountId,
+      payload: RecoverDeliveries,
+      success: WebhookRecovery
+    })
+      .annotate(HttpApi.PayloadParseOptions, strict)
+      .annotate(OpenApi.Summary, "Re-send an account's failed webhook deliveries since a time")
+      .annotate(OpenApi.Description, `${recoverDescription} 404 for an unknown account.`)
   )
   .add(
     HttpApiEndpoint.put("putCategories", "/catalog/categories", { payload: PutCategories, success: HookCategoryList })

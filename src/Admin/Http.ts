@@ -13,6 +13,7 @@ import { idempotent } from "../Idempotency/Http.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { sameSecret } from "../Ids.js"
 import { KeyBudgets } from "../Ledger/Budgets.js"
+import { WebhookDeliveries } from "../Webhooks/Deliveries.js"
 import { Accounts } from "./Accounts.js"
 import { AdminAuthentication } from "./Api.js"
 
@@ -49,6 +50,7 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
     const auth = yield* Auth
     const catalog = yield* HookCatalog
     const budgets = yield* KeyBudgets
+    const deliveries = yield* WebhookDeliveries
     return handlers
       .handle("createAccount", ({ payload }) => idempotent(accounts.create(payload), payload))
       .handle("getAccount", ({ params }) => accounts.get(params.id))
@@ -84,6 +86,8 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
         ))
       .handle("listTransactions", ({ params, query }) => accounts.transactions(params.id, query))
       .handle("accountUsage", ({ params, query }) => accounts.usage(params.id, query))
+      .handle("recoverDeliveries", ({ params, payload }) =>
+        Effect.andThen(accounts.get(params.id), deliveries.recover(params.id, payload.since)))
       .handle("putCategories", ({ payload }) => catalog.putCategories(payload))
       .handle("importHooks", () => importHooksFromRequest)
   })

@@ -4,7 +4,7 @@ import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
 import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
-import { Cursor, ListOf, PageLimit, strict, Timestamp } from "../Schemas.js"
+import { Cursor, ListOf, PageLimit, strict, Timestamp, timestampInput } from "../Schemas.js"
 
 /** Every event type a webhook can receive. */
 export const EventType = Schema.Literals([
@@ -89,6 +89,29 @@ export type DeliveryParams = typeof DeliveryParams.Type
 
 const deliveryIdParams = { id: Schema.String }
 
+export const RecoverDeliveries = Schema.Struct({
+  since: timestampInput(
+    "Re-send the failed deliveries created at or after this time (ISO 8601); at most WEBHOOK_DELIVERY_RETENTION (30 days) ago."
+  )
+}).annotate({ identifier: "RecoverDeliveries" })
+export type RecoverDeliveries = typeof RecoverDeliveries.Type
+
+export const WebhookRecovery = Schema.Struct({
+  object: Schema.Literal("webhook_recovery"),
+  since: Timestamp,
+  queued: Schema.Int.annotate({ description: "How many failed deliveries were queued again." }),
+  last_attempt_at: Schema.NullOr(Timestamp).annotate({
+    description: "When the last of them is due: they go out oldest first, one every WEBHOOK_RECOVER_PACE."
+  })
+}).annotate({ identifier: "WebhookRecovery" })
+export type WebhookRecovery = typeof WebhookRecovery.Type
+
+/** What the user and the admin endpoint say of a recovery. */
+export const recoverDescription = "Queues again every failed delivery created since `since` (failed after its retries, or dropped " +
+  "while the webhook was disabled), oldest first, one every WEBHOOK_RECOVER_PACE (100 ms), each with its own event " +
+  "(same webhook-id and body, freshly signed) and one attempt. Answers how many it queued. 422 when `since` is older " +
+  "than the retention or in the future, or the webhook is not enabled. Costs 0."
+
 export class WebhooksApi extends HttpApiGroup.make("webhooks")
   .add(
     HttpApiEndpoint.get("get", "/webhooks", { success: Webhook })
@@ -166,6 +189,12 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
           "signed), and answers it as queued. A failed delivery gets this one attempt, no further schedule. 422 when it " +
           "was delivered already or the webhook is disabled. Costs 0; counts against the key's rate limit."
       )
+  )
+  .add(
+    HttpApiEndpoint.post("recoverDeliveries", "/webhooks/deliveries/recover", { payload: RecoverDeliveries, success: WebhookRecovery })
+      .annotate(AccessRule, needs("webhooks:write"))
+      .annotate(OpenApi.Summary, "Re-send failed deliveries since a time")
+      .annotate(OpenApi.Description, recoverDescription)
   )
   .middleware(Authentication)
   .prefix("/v1")

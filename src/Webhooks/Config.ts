@@ -81,6 +81,8 @@ export const WebhookConfig = Config.all({
   disableAfter: duration("WEBHOOK_DISABLE_AFTER", Duration.days(5)),
   /** How often old deliveries are swept. */
   sweepInterval: duration("WEBHOOK_SWEEP_INTERVAL", Duration.hours(1)),
+  /** The gap between the attempts of deliveries queued again by a recovery. */
+  recoverPace: duration("WEBHOOK_RECOVER_PACE", Duration.millis(100)),
   /** Deliveries one process attempts at the same time. */
   concurrency: Config.Int("WEBHOOK_DISPATCH_CONCURRENCY").pipe(
     Config.withDefault(16),

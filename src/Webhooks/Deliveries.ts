@@ -1,7 +1,8 @@
 /**
  * The delivery log: an account's webhook deliveries (the outbox rows the dispatcher works
- * through), newest first, a retry that queues one for an attempt now, and the sweep that drops
- * finished deliveries older than WEBHOOK_DELIVERY_RETENTION.
+ * through), newest first, a retry that queues one for an attempt now, a recovery that queues the
+ * failed ones since a time, and the sweep that drops finished deliveries older than
+ * WEBHOOK_DELIVERY_RETENTION.
  *
  * A retry sends the same event: the same event id (so the same `webhook-id`, for receivers that
  * dedupe) and the same body bytes, signed afresh at the attempt.
@@ -15,7 +16,7 @@ import { tracedFn } from "../Observability/Tracing.js"
 import { currentDate } from "../Repository.js"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { DatabaseMode, logBackgroundFailure } from "../Sql.js"
-import type { DeliveryParams, WebhookDelivery, WebhookDeliveryList } from "./Api.js"
+import type { DeliveryParams, WebhookDelivery, WebhookDeliveryList, WebhookRecovery } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
 import { WebhooksRepo } from "./Repo.js"
 import type { DeliveryRow } from "./Rows.js"
@@ -41,6 +42,38 @@ const toDelivery = (row: DeliveryRow): WebhookDelivery => ({
 const Position = Schema.Struct({ id: Schema.String })
 
 const deliveryPattern = idPattern("dlv")
+
+/**
+ * Queues every failed delivery of the account created since `since` again, oldest first, one
+ * every WEBHOOK_RECOVER_PACE (one statement); `since` is within the retention and not ahead.
+ */
+const recoverSince = (repo: WebhooksRepo["Service"], mode: DatabaseMode["Service"], config: WebhookConfig) => {
+  const retentionMs = Duration.toMillis(config.deliveryRetention)
+  return tracedFn("WebhookDeliveries.recover", Effect.fnUntraced(function*(accountId: string, since: Date) {
+    const now = yield* currentDate
+    if (since.getTime() < now.getTime() - retentionMs) {
+      return yield* new ValidationFailed({
+        message: `since: must be within the delivery retention (${Duration.format(config.deliveryRetention)}): deliveries before ` +
+          `${new Date(now.getTime() - retentionMs).toISOString()} are no longer kept.`
+      })
+    }
+    if (since.getTime() > now.getTime()) return yield* new ValidationFailed({ message: "since: must not be in the future." })
+    const webhook = yield* repo.findWebhook(accountId)
+    if (Option.isNone(webhook) || !webhook.value.enabled) {
+      return yield* new ValidationFailed({
+        message: "The webhook is not enabled; enable it with PUT /v1/webhooks, then recover its deliveries."
+      })
+    }
+    const recovered = yield* repo.recoverDeliveries({ accountId, since, now, paceMs: Duration.toMillis(config.recoverPace) })
+    if (recovered.queued > 0 && !mode.embedded) yield* repo.notifyDispatchers("recover")
+    return {
+      object: "webhook_recovery",
+      since: toTimestamp(since),
+      queued: recovered.queued,
+      last_attempt_at: toNullableTimestamp(recovered.last_attempt_at)
+    } satisfies WebhookRecovery
+  }))
+}
 
 const make = Effect.gen(function*() {
   const repo = yield* WebhooksRepo
@@ -101,6 +134,8 @@ const make = Effect.gen(function*() {
 
   const retentionMs = Duration.toMillis(config.deliveryRetention)
 
+  const recover = recoverSince(repo, mode, config)
+
   /** Deletes finished deliveries (and their attempts) past the retention, in batches; returns how many. */
   const sweep = Effect.gen(function*() {
     let total = 0
@@ -112,7 +147,7 @@ const make = Effect.gen(function*() {
     }
   })
 
-  return { list, get, retry, sweep, config } as const
+  return { list, get, retry, recover, sweep, config } as const
 })
 
 export class WebhookDeliveries extends Context.Service<WebhookDeliveries, Effect.Success<typeof make>>()(

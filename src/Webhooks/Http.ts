@@ -19,5 +19,7 @@ export const WebhooksHandlers = HttpApiBuilder.group(HooklineApi, "webhooks", (h
       .handle("deliveries", ({ query }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.list(caller.accountId, query)))
       .handle("delivery", ({ params }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.get(caller.accountId, params.id)))
       .handle("retryDelivery", ({ params }) => Effect.flatMap(CurrentCaller, (caller) => deliveries.retry(caller.accountId, params.id)))
+      .handle("recoverDeliveries", ({ payload }) =>
+        Effect.flatMap(CurrentCaller, (caller) => deliveries.recover(caller.accountId, payload.since)))
   })
 )

@@ -7,6 +7,7 @@
 import { Context, Effect, Layer, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
+import { recoveryStatements } from "./RepoRecovery.js"
 import * as Rows from "./Rows.js"
 
 /** Channel the outbox notifies on commit (Postgres only; embedded mode polls). */
@@ -290,7 +291,8 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
 
 const make = Effect.map(SqlClient.SqlClient, (sql) =>
   atRepoBoundary("WebhooksRepo", {
-    ...webhookStatements(sql), ...outboxStatements(sql), ...deliveryLogStatements(sql), ...dispatchStatements(sql)
+    ...webhookStatements(sql), ...outboxStatements(sql), ...deliveryLogStatements(sql), ...dispatchStatements(sql),
+    ...recoveryStatements(sql)
   }))
 
 export class WebhooksRepo extends Context.Service<WebhooksRepo, Effect.Success<typeof make>>()("hookline/WebhooksRepo") {

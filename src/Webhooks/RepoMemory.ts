@@ -18,6 +18,7 @@
 import { Clock, Effect, Layer, Option } from "effect"
 import { claimStatements, deliveryLogStatements, outboxStatements, outcomeStatements, validPreviousSecret } from "./DeliveriesMemory.js"
 import { WebhooksRepo } from "./Repo.js"
+import { recoveryStatements } from "./RepoRecoveryMemory.js"
 import type { WebhookState } from "./Rows.js"
 import type { MemoryWebhook, MemoryWebhooksState } from "./TablesMemory.js"
 
@@ -126,6 +127,7 @@ export const makeWebhooksRepoInMemory = (seed?: MemoryWebhooksState) => {
     ...webhookStatements(state),
     ...outboxStatements(state),
     ...deliveryLogStatements(state),
+    ...recoveryStatements(state),
     ...claimStatements(state),
     ...outcomeStatements(state)
   }
