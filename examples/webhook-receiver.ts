@@ -24,7 +24,9 @@ const server = Bun.serve({
     try {
       // Throws unless one signature matches and the timestamp is within 5 minutes.
       const event = webhook.verify(body, Object.fromEntries(request.headers)) as { id: string; type: string }
-      console.log(`verified ${event.type} ${event.id} (webhook-id ${request.headers.get("webhook-id")})`)
+      // A test send (POST /v1/webhooks/test) carries hookline-test: true; its prediction is made up.
+      const test = request.headers.get("hookline-test") === "true" ? " [test send]" : ""
+      console.log(`verified ${event.type} ${event.id} (webhook-id ${request.headers.get("webhook-id")})${test}`)
       return new Response(null, { status: 204 })
     } catch (error) {
       console.log(`refused a delivery: ${error instanceof Error ? error.message : String(error)}`)

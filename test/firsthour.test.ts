@@ -101,7 +101,8 @@ describe("webhooks on a laptop", () => {
       const sent = await laptop.request<WebhookTestBody>("/v1/webhooks/test", { method: "POST", key })
       expect(sent.status).toBe(200)
       expect(sent.body).toEqual({ object: "webhook_test", delivered: true, status_code: 204, event: "prediction.succeeded" })
-      await readLine("verified prediction.succeeded evt_")
+      await readLine("[test send]")
+      expect(printed).toMatch(/verified prediction\.succeeded evt_\w+ \(webhook-id evt_\w+\) \[test send\]/)
     } finally {
       receiver.kill()
     }

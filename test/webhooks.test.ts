@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Duration, Effect, Layer, ManagedRuntime, References, Result, Schema } from "effect"
+import { ConfigProvider, Duration, Effect, Layer, Logger, ManagedRuntime, References, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
@@ -345,6 +345,8 @@ describe("test send", () => {
     expect(event).toMatchObject({ object: "event", type: "prediction.succeeded" })
     expect(event.id).toMatch(/^evt_[0-9a-f]{32}$/)
     expect(request.headers["webhook-id"]).toBe(event.id)
+    // Marked as a test, so a receiver can tell it from a real prediction's event.
+    expect(request.headers["hookline-test"]).toBe("true")
     expect(Math.abs(Number(request.headers["webhook-timestamp"]) - Date.now() / 1000)).toBeLessThan(60)
     expect(event.data).toMatchObject({ object: "prediction", status: "succeeded", error: null })
     expect(event.data.id).toMatch(/^pred_[0-9a-f]{32}$/)
@@ -423,6 +425,7 @@ describe("delivery from the outbox", () => {
 
     expect(target.requests).toHaveLength(1)
     const request = target.requests[0]
+    expect(request.headers["hookline-test"]).toBeUndefined()
     const event = verify(secret, request)
     expect(event).toEqual({ id: row.event_id, object: "event", type: "prediction.succeeded", created_at: expect.any(String), data })
     expect(request.body.startsWith(`{"id":"${row.event_id}","object":"event","type":"prediction.succeeded","created_at":`)).toBe(true)
@@ -636,6 +639,27 @@ describe("several server processes on one database", () => {
     expect(rows.every((r) => r.attempts === 1)).toBe(true)
     // Both processes took part.
     expect(new Set(rows.map((r) => r.dispatcher)).size).toBe(2)
+  })
+})
+
+describe("development settings", () => {
+  test("a warning is logged at start for each of WEBHOOK_ALLOW_INSECURE and WEBHOOK_ALLOW_PRIVATE that is on, none when off", async () => {
+    const warningsWith = async (settings: Record<string, string>) => {
+      const lines: Array<{ readonly level: string; readonly message: string }> = []
+      const started = await startTestServer(
+        { ...env, ...settings },
+        { databaseUrl: server.databaseUrl, background: false, logger: Logger.map(Logger.formatJson, (line) => lines.push(JSON.parse(line))) }
+      )
+      await started.stop()
+      await started.db.end()
+      return lines.filter((line) => line.message.startsWith("WEBHOOK_ALLOW_")).map((line) => `${line.level} ${line.message.split(":")[0]}`)
+    }
+    expect(await warningsWith({ WEBHOOK_ALLOW_INSECURE: "true", WEBHOOK_ALLOW_PRIVATE: "true" })).toEqual([
+      "WARN WEBHOOK_ALLOW_INSECURE is on",
+      "WARN WEBHOOK_ALLOW_PRIVATE is on"
+    ])
+    expect(await warningsWith({ WEBHOOK_ALLOW_INSECURE: "false", WEBHOOK_ALLOW_PRIVATE: "true" })).toEqual(["WARN WEBHOOK_ALLOW_PRIVATE is on"])
+    expect(await warningsWith({ WEBHOOK_ALLOW_INSECURE: "false", WEBHOOK_ALLOW_PRIVATE: "false" })).toEqual([])
   })
 })
 

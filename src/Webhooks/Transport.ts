@@ -33,7 +33,12 @@ export interface AttemptInput {
   readonly secrets: ReadonlyArray<string>
   readonly eventId: string
   readonly body: string
+  /** A test send: marked with `hookline-test: true`, which a real delivery never carries. */
+  readonly test?: boolean
 }
+
+/** The header that tells a receiver an event is a test send (its body is a made-up prediction). */
+export const testSendHeader = "hookline-test"
 
 export interface AttemptRules extends UrlRules {
   readonly timeout: Duration.Duration
@@ -160,7 +165,8 @@ export const makeAttempts = (transport: WebhookTransport["Service"], rules: Atte
         const headers = {
           "content-type": "application/json",
           "user-agent": userAgent,
-          ...signatureHeaders(input.secrets, input.eventId, seconds, input.body)
+          ...signatureHeaders(input.secrets, input.eventId, seconds, input.body),
+          ...(input.test === true ? { [testSendHeader]: "true" } : {})
         }
         return yield* transport.post({ target: checked.success, headers, body: input.body })
       }).pipe(

@@ -118,7 +118,7 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
     const now = yield* currentDate
     const eventId = newId("evt")
     const body = eventBody({ id: eventId, type: "prediction.succeeded", createdAt: now.toISOString(), data: syntheticPrediction(now) })
-    const input = { url: row.value.url, secrets: signingSecrets, eventId, body }
+    const input = { url: row.value.url, secrets: signingSecrets, eventId, body, test: true }
     const outcome = yield* Option.match(target, {
       onSome: (checked) => attempts.attemptAt(checked, input),
       onNone: () => attempts.attempt(input)
@@ -136,11 +136,23 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
     } satisfies WebhookTest
   }))
 
+/** A warning at start for each development setting that loosens the URL rules while it is on. */
+const warnDevelopmentSettings = (config: WebhookConfig) =>
+  Effect.gen(function*() {
+    if (config.allowInsecure) {
+      yield* Effect.logWarning("WEBHOOK_ALLOW_INSECURE is on: webhook URLs may use plain http:// (meant for local development only)")
+    }
+    if (config.allowPrivate) {
+      yield* Effect.logWarning("WEBHOOK_ALLOW_PRIVATE is on: webhooks may be sent to private and loopback addresses (meant for local development only)")
+    }
+  })
+
 const make = Effect.gen(function*() {
   const repo = yield* WebhooksRepo
   const transport = yield* WebhookTransport
   const mode = yield* DatabaseMode
   const config = yield* WebhookConfig
+  yield* warnDevelopmentSettings(config)
   const secrets = yield* Secrets
   const box = makeSecretBox(Redacted.value(secrets.webhookSecretKey))
   const rules = attemptRules(config)
