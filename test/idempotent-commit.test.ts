@@ -83,6 +83,14 @@ const pgProxy = (target: URL) => {
   }
 }
 
+const metricsToken = "outcome-unknown-metrics-token"
+
+/** hookline_outcome_unknown_total as /metrics shows it (the registry is the process's: compare before and after). */
+const outcomeUnknownCount = async () => {
+  const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${metricsToken}` } })).text()
+  return Number(/^hookline_outcome_unknown_total(?:\{[^}]*\})? (\d+)/m.exec(text)?.[1] ?? 0)
+}
+
 let databaseUrl: string
 let proxy: ReturnType<typeof pgProxy>
 let server: TestServer
@@ -95,7 +103,12 @@ beforeAll(async () => {
   proxied.hostname = "127.0.0.1"
   proxied.port = String(await proxy.listen())
   server = await startTestServer(
-    { DATABASE_URL: proxied.toString(), IDEMPOTENCY_LOCK_TIMEOUT: "1 second", IDEMPOTENCY_POLL_INTERVAL: "20 millis" },
+    {
+      DATABASE_URL: proxied.toString(),
+      IDEMPOTENCY_LOCK_TIMEOUT: "1 second",
+      IDEMPOTENCY_POLL_INTERVAL: "20 millis",
+      METRICS_TOKEN: metricsToken
+    },
     { databaseUrl, background: false }
   )
 }, 60_000)
@@ -142,6 +155,7 @@ describe("a grant whose connection is cut at COMMIT", () => {
 
   test("after PostgreSQL committed, the database then unreachable: 503 saying the outcome is unknown; the retry replays; one grant", async () => {
     const { accountId } = await server.account({ plan: "pro", topup_balance: 0 })
+    const unknownBefore = await outcomeUnknownCount()
     proxy.arm("cutAfterCommit", "down")
     const first = await grant(accountId, "grant-unknown-committed")
     expectEnvelope(first, 503, "service_unavailable")
@@ -150,6 +164,8 @@ describe("a grant whose connection is cut at COMMIT", () => {
     // While the database is away the retry cannot run either.
     expectEnvelope(await grant(accountId, "grant-unknown-committed"), 503, "service_unavailable")
     proxy.restore()
+    // Counted once: the retry refused while the database was away ran nothing, so its outcome is known.
+    expect(await outcomeUnknownCount()).toBe(unknownBefore + 1)
     const retry = await grant(accountId, "grant-unknown-committed")
     expect(retry.status).toBe(200)
     expect(retry.headers.get("idempotent-replayed")).toBe("true")

@@ -33,6 +33,7 @@ import { CurrentCaller } from "../Auth/Api.js"
 import { bearerToken } from "../Auth/Bearer.js"
 import { RequestId, ServiceUnavailable, ValidationFailed } from "../Errors.js"
 import { sha256Hex } from "../Ids.js"
+import { recordOutcomeUnknown } from "../Observability/Metrics.js"
 import { idempotencyKeyPattern, idempotencyKeyRule } from "./Api.js"
 import { AnswerHeaders, StoreAnswer } from "./Headers.js"
 import { Idempotency, type KeyRequest, type StoredAnswer } from "./Idempotency.js"
@@ -194,6 +195,7 @@ const runAsOwner = <A, E, R>(
         if (Exit.isSuccess(outcome)) {
           return Effect.succeed(Option.match(outcome.value, { onNone: () => exit, onSome: (answer) => Exit.succeed(respond(answer)) }))
         }
+        recordOutcomeUnknown()
         return Effect.logWarning("a request's outcome is unknown: its idempotency key stays held").pipe(
           Effect.annotateLogs({ method: keyRequest.method, path: keyRequest.path }),
           Effect.as(Exit.fail(outcomeUnknown))

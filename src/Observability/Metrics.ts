@@ -164,6 +164,14 @@ const databaseUnavailable = counter(
 /** A request answered 503 because the database was away. */
 export const recordDatabaseUnavailable = (): void => add(databaseUnavailable({}), 1)
 
+const outcomeUnknown = counter(
+  "hookline_outcome_unknown_total",
+  "Requests answered 503 with their outcome unknown: the connection was lost at COMMIT and the database could not be asked whether it committed."
+)
+
+/** A request answered 503 with its outcome unknown (its Idempotency-Key stays held). */
+export const recordOutcomeUnknown = (): void => add(outcomeUnknown({}), 1)
+
 const rateLimitFallback = gauge(
   "hookline_rate_limit_store_fallback",
   "1 while the shared rate limit store (Redis) does not answer and this process counts limits in process, else 0."
