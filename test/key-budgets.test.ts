@@ -128,6 +128,24 @@ describe("a key's spend limit", () => {
     expect((await readHook(other.body.api_key)).status).toBe(200)
   })
 
+  test("a prediction's reserve counts against the key that created it: refused past the limit, nothing charged", async () => {
+    const { accountId, key, keyId } = await limitedKey(100, 10)
+    const link = await server.request<{ upload_id: string; prediction_id: string }>("/v1/predict/upload", { method: "POST", key })
+    expect(link.status).toBe(200)
+    // The clip landed while the reserve could not be made: its upload is received, the job still awaits its credits.
+    await server.db.query("UPDATE uploads SET status = 'received', received_at = now() WHERE id = $1", [link.body.upload_id])
+    const before = await ledgerState(server.db, accountId)
+    const refused = await server.request("/v1/predict", { method: "POST", key, body: { upload_id: link.body.upload_id } })
+    expectEnvelope(refused, 402, "spend_limit_reached")
+    expect((refused.body as ErrorBody).error.message).toContain("reserves 20 credits and would pass this key's spend limit of 10 credits")
+    expect(await ledgerState(server.db, accountId)).toEqual(before)
+    await server.admin(`/admin/keys/${keyId}`, { method: "PATCH", body: { spend_limit: 30 } })
+    const queued = await server.request("/v1/predict", { method: "POST", key, body: { upload_id: link.body.upload_id } })
+    expect(queued.status).toBe(200)
+    expect(queued.headers.get("x-credits-charged")).toBe("20")
+    expect((await currentKey(key)).body).toMatchObject({ spend_limit: 30, period_spent: 20 })
+  })
+
   test("a short wallet within the limit is still insufficient_credits", async () => {
     const { key } = await limitedKey(0, 10)
     expectEnvelope(await readHook(key), 402, "insufficient_credits")
