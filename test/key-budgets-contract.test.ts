@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { ConfigProvider, Effect, Exit, Layer, ManagedRuntime, Option, References } from "effect"
 import { TestClock } from "effect/testing"
+import fc from "fast-check"
 import { AccountsRepo } from "../src/Admin/Repo.js"
 import { makeAccountsRepoInMemory } from "../src/Admin/RepoMemory.js"
 import { KeysRepo } from "../src/Auth/Repo.js"
@@ -187,6 +188,74 @@ for (const backend of backends) {
       expect(refused).toMatchObject({ over_limit: true, spend_limit: 0, topup_balance: null })
     })
   })
+}
+
+type Step =
+  | { readonly kind: "debit"; readonly key: 0 | 1 | null; readonly amount: number; readonly hold: boolean }
+  | { readonly kind: "settle"; readonly pick: number; readonly fraction: number }
+  | { readonly kind: "refund"; readonly pick: number }
+
+const step: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({
+    kind: fc.constant("debit" as const),
+    key: fc.constantFrom(0 as const, 1 as const, null),
+    amount: fc.integer({ min: 1, max: 12 }),
+    hold: fc.boolean()
+  }),
+  fc.record({ kind: fc.constant("settle" as const), pick: fc.nat(), fraction: fc.double({ min: 0, max: 1, noNaN: true }) }),
+  fc.record({ kind: fc.constant("refund" as const), pick: fc.nat() })
+)
+
+/**
+ * Runs `steps` on a fresh account with 60 top-up credits and two keys, the first limited to
+ * `limit`, against a model: each debit passes, or is refused by the limit (first) or the wallet;
+ * a settle gives back what it does not charge, a refund all. Answers where the backend and the
+ * model first disagree, or null.
+ */
+const runSteps = (limit: number, steps: ReadonlyArray<Step>) =>
+  Effect.gen(function*() {
+    const ledger = yield* LedgerRepo
+    const { accountId, keyId } = yield* openAccount(60)
+    const second = newId("key")
+    yield* (yield* KeysRepo).insertKey({ id: second, accountId, keyHash: sha256Hex(second), scopes: [] })
+    yield* ledger.setSpendLimit({ keyId, spendLimit: limit })
+    const keys = [keyId, second]
+    const model = { wallet: 60, spent: [0, 0] }
+    const open: Array<{ readonly id: string; readonly amount: number; readonly key: 0 | 1 | null }> = []
+    for (const [index, next] of steps.entries()) {
+      if (next.kind === "debit") {
+        const overLimit = next.key === 0 && model.spent[0] + next.amount > limit
+        const short = model.wallet < next.amount
+        const row = yield* debit(accountId, next.key === null ? null : keys[next.key], next.amount, next.hold)
+        if (row.over_limit !== overLimit || (row.topup_balance === null) !== (overLimit || short)) return `step ${index}: ${JSON.stringify(row)}`
+        if (overLimit || short) continue
+        model.wallet -= next.amount
+        if (next.key !== null) model.spent[next.key] += next.amount
+        if (next.hold) open.push({ id: row.holdId, amount: next.amount, key: next.key })
+        continue
+      }
+      const hold = open.splice(next.pick % Math.max(open.length, 1), 1)[0]
+      if (hold === undefined) continue
+      const charge = next.kind === "settle" ? Math.floor(hold.amount * next.fraction) : 0
+      const resolved = next.kind === "settle" ? yield* ledger.settleHold({ holdId: hold.id, charge }) : yield* ledger.refundHold(hold.id)
+      if (Option.isNone(resolved)) return `step ${index}: the hold was not pending`
+      model.wallet += hold.amount - charge
+      if (hold.key !== null) model.spent[hold.key] -= hold.amount - charge
+    }
+    const spent = [(yield* budgetOf(keys[0])).period_spent, (yield* budgetOf(keys[1])).period_spent]
+    const wallet = Option.getOrThrow(yield* ledger.findWallet(accountId)).topup_balance
+    return JSON.stringify({ wallet, spent }) === JSON.stringify(model) ? null : `end: ${JSON.stringify({ wallet, spent })} vs ${JSON.stringify(model)}`
+  })
+
+for (const backend of backends) {
+  test(`property (${backend.name}): random debits, settles and refunds of two keys keep each key's spend as the model's, the limit never passed`, async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 0, max: 40 }), fc.array(step, { maxLength: 25 }), async (limit, steps) => {
+        expect(await backend.run(runSteps(limit, steps))).toBeNull()
+      }),
+      { numRuns: backend.name === "memory" ? 200 : 40, seed: 20261128 }
+    )
+  }, 60_000)
 }
 
 describe("the Ledger over the memory LedgerRepo", () => {
