@@ -1012,7 +1012,7 @@ describe("clips in S3-compatible object storage (s3rver: the real protocol, sign
       }
     })
 
-    test("a wrong secret: /readyz 503 names the refused write, and the links the server hands out are refused by the store", async () => {
+    test("a wrong secret: /readyz 503 names the refused write, and an upload link is refused with 503 instead of left to expire", async () => {
       const server = await startTestServer({ ...s3Env(), S3_SECRET_ACCESS_KEY: "not-the-secret", S3_CHECK_INTERVAL: "100 millis" })
       try {
         const ready = await waitFor("readiness to fail", async () => {
@@ -1021,10 +1021,13 @@ describe("clips in S3-compatible object storage (s3rver: the real protocol, sign
         })
         expect(ready.message).toBe(`S3 bucket ${s3.bucket}: cannot write objects under uploads/ (needs s3:PutObject): SignatureDoesNotMatch`)
         const owner = await server.account({ plan: "pro", monthly_balance: 100 })
-        const link = await createLink(server, owner.key)
-        const refused = await fetch(link.upload_url, { method: "PUT", body: readFileSync(clips.cutMp4.path) })
-        expect(refused.status).toBe(403)
-        expect(await refused.text()).toContain("<Code>SignatureDoesNotMatch</Code>")
+        const refused = await server.request("/v1/predict/upload", { method: "POST", key: owner.key })
+        expectEnvelope(refused, 503, "service_unavailable")
+        expect(refused.headers.get("retry-after")).toMatch(/^\d+$/)
+        // The message is the client's: the bucket's name and permissions are for /readyz.
+        expect((refused.body as { error: { message: string } }).error.message).not.toContain(s3.bucket)
+        const made = await server.db.query<{ n: number }>("SELECT count(*)::int AS n FROM uploads WHERE account_id = $1", [owner.accountId])
+        expect(made.rows[0].n).toBe(0)
         await expectWallet(server.db, owner.accountId, { monthly: 100, topup: 0, pendingHolds: 0 })
       } finally {
         await server.close()

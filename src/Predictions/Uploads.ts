@@ -10,13 +10,14 @@ import { Context, Duration, Effect, Exit, Layer, Option, Result, Stream } from "
 import { SqlClient } from "effect/sql"
 import type { Caller } from "../Auth/Api.js"
 import { publicBaseUrl, ServerConfig } from "../Config.js"
-import { NotFound, UploadAlreadyUsed, UploadExpired, type ValidationFailed } from "../Errors.js"
+import { NotFound, ServiceUnavailable, UploadAlreadyUsed, UploadExpired, type ValidationFailed } from "../Errors.js"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { traced } from "../Observability/Tracing.js"
 import { toTimestamp } from "../Schemas.js"
 import { orDieOnDb } from "../Sql.js"
 import type { PredictionErrorType, PredictUpload, UploadReceipt } from "./Api.js"
 import { BlobStore } from "./BlobStore.js"
+import { BucketAccess } from "./BucketCheck.js"
 import { PredictionsConfig } from "./Config.js"
 import { predictionPrice } from "../Ledger/Prices.js"
 import { PredictionJobs } from "./Jobs.js"
@@ -72,6 +73,8 @@ const dependencies = Effect.gen(function*() {
     repo: yield* UploadsRepo,
     jobs: yield* PredictionJobs,
     blobs: yield* BlobStore,
+    // Absent where a test builds the uploads over a store of its own: nothing is checked then.
+    access: yield* Effect.serviceOption(BucketAccess),
     quotas: yield* UploadQuotas,
     signal: yield* WorkSignal,
     config: yield* PredictionsConfig,
@@ -81,9 +84,21 @@ const dependencies = Effect.gen(function*() {
 type Dependencies = Effect.Success<typeof dependencies>
 
 /** A link made, with its job awaiting_upload. */
-const links = ({ blobs, config, quotas, repo, server, sql }: Dependencies) => {
+const links = ({ access, blobs, config, quotas, repo, server, sql }: Dependencies) => {
+  /** While the bucket's last access check failed (BucketCheck.ts), a link would only expire unused: 503 instead. */
+  const storeUsable = Option.match(access, {
+    onNone: () => Effect.void,
+    onSome: (bucket) =>
+      Effect.suspend(() =>
+        bucket.problem() === null
+          ? Effect.void
+          : Effect.fail(new ServiceUnavailable({ message: "Clip storage is not available right now; no upload link was made. Retry later." }))
+      )
+  })
+
   const createUploadLink = (caller: Caller) =>
     Effect.gen(function*() {
+      yield* storeUsable
       const predictionId = newId("pred")
       const uploadId = newId("upl")
       const token = randomToken(24)

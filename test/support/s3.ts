@@ -5,7 +5,7 @@
  * presigned alike: a tampered signature, a wrong secret, a changed signed header or an expired
  * link get 403, as from S3.
  *
- * Two corrections to the server, kept here. First, for SigV4 it rebuilds the canonical URI from the
+ * Three corrections to the server, kept here. First, for SigV4 it rebuilds the canonical URI from the
  * route's bucket and key, which drops a trailing slash. Bun's client lists a bucket with
  * `GET /clips/?list-type=2&…` and signs the path it sends, `/clips/`, as SigV4 prescribes (the
  * path as sent; S3 does not normalise it); the server checked the signature over `/clips` and
@@ -13,13 +13,16 @@
  * the path as sent for bucket-level requests; every other request is checked unchanged.
  * Second, it lists objects in directory order (`readdir`, unsorted), where S3 lists them in key
  * order (and its own `start-after` and page cut assume that order): the watcher lands a round's
- * uploads in the order they were made, and tests rely on that as on S3.
+ * uploads in the order they were made, and tests rely on that as on S3. Third, after a delete it
+ * removes the folders the delete emptied (`rm -r`), racing a PUT into the same folder, which then
+ * fails with InternalError or is removed with the folder; S3 has no folders, and here they stay.
  *
  * Two key pairs: the server's own (every permission) and one whose policy denies listing the
  * bucket, for the tests of a bucket the configured credentials cannot fully use.
  */
 import { mkdtempSync, readdirSync, rmSync } from "node:fs"
 import { createRequire } from "node:module"
+import { rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 
@@ -66,7 +69,13 @@ require.cache[authenticationPath]!.exports = (): Middleware => {
   }
 }
 
+interface FilesystemStore {
+  readonly getResourcePath: (bucket: string, key: string, resource: string) => string
+  deleteObject: (bucket: string, key: string) => Promise<void>
+}
+
 interface S3rverInstance {
+  readonly store: FilesystemStore
   readonly middleware: Array<Middleware>
   readonly run: () => Promise<{ readonly port: number }>
   readonly close: () => Promise<void>
@@ -114,6 +123,10 @@ export const startS3 = async (bucket = "clips"): Promise<TestS3> => {
   const directory = mkdtempSync(join(tmpdir(), "hookline-s3-"))
   const server = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory, configureBuckets: [{ name: bucket }] })
   server.middleware.unshift(listPolicy)
+  const store = server.store
+  store.deleteObject = async (bucket, key) => {
+    await Promise.all(["object", "object.md5", "metadata.json"].map((resource) => rm(store.getResourcePath(bucket, key, resource), { force: true })))
+  }
   const { port } = await server.run()
   const endpoint = `http://127.0.0.1:${port}`
   const client = new Bun.S3Client({ bucket, endpoint, region: "us-east-1", ...fullAccess })
