@@ -39,6 +39,8 @@ const serverOnRedis = (env: Record<string, string> = {}) =>
     RATE_LIMIT_ENABLED: "true",
     RATE_LIMIT_PRO: "0.01/2000",
     RATE_LIMIT_STORE_FAILURES: String(failuresInARow),
+    // Late means frozen or silent here: a loaded machine still answers well within a second.
+    RATE_LIMIT_STORE_TIMEOUT: "1 second",
     METRICS_TOKEN: metricsToken,
     ...env
   }, { databaseUrl: base.databaseUrl, background: false })
