@@ -116,6 +116,7 @@ export interface TestS3 {
   readonly has: (key: string) => Promise<boolean>
   readonly keys: (prefix?: string) => Promise<Array<string>>
   readonly size: (key: string) => Promise<number>
+  readonly bytes: (key: string) => Promise<Uint8Array>
   readonly stop: () => Promise<void>
 }
 
@@ -142,6 +143,7 @@ export const startS3 = async (bucket = "clips"): Promise<TestS3> => {
     }),
     has: (key) => client.exists(key),
     size: (key) => client.size(key),
+    bytes: async (key) => new Uint8Array(await client.file(key).arrayBuffer()),
     keys: async (prefix) => ((await client.list(prefix === undefined ? {} : { prefix })).contents ?? []).map((object) => object.key),
     stop: async () => {
       await server.close()
