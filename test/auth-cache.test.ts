@@ -8,14 +8,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { ConfigProvider, Effect, Layer, ManagedRuntime, Option, References } from "effect"
 import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import type Pg from "pg"
 import { Auth, type KeyOwner } from "../src/Auth/Auth.js"
 import { newId } from "../src/Ids.js"
 import { SqlLive } from "../src/Sql.js"
 import { createDatabase, dropDatabase, testPool } from "./support/server.js"
+import { tempDir } from "./support/tempDirs.js"
 
 /** The default AUTH_CACHE_TTL, which the service below runs with. */
 const ttlMs = 500
@@ -25,7 +23,7 @@ const authOn = (databaseUrl: string) =>
     Layer.provide(SqlLive),
     Layer.provide(Layer.succeed(References.MinimumLogLevel, "Error")),
     Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({
-      env: { DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-auth-")) }
+      env: { DATABASE_URL: databaseUrl, DATA_DIR: tempDir("hookline-auth-") }
     })))
   ))
 

@@ -4,14 +4,14 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Result } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { rmSync } from "node:fs"
 import { join } from "node:path"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { defaultDemoSeed, demoCatalogEnd, demoCategories, demoHook } from "../src/Hooks/DemoData.js"
 import { derivedHookId, validateHookRecord } from "../src/Hooks/HookRecord.js"
 import { embeddedEnvironment, freePort, startUntilBanner } from "./support/process.js"
 import { createDatabase, dropDatabase, type HookPage, startTestServer, type TestServer, testPool } from "./support/server.js"
+import { tempDir } from "./support/tempDirs.js"
 
 describe("the generator", () => {
   const sample = Array.from({ length: 5_000 }, (_, i) => demoHook(i))
@@ -108,7 +108,7 @@ describe("npm run admin -- catalog seed-demo", () => {
 })
 
 describe("embedded mode", () => {
-  const dataDir = mkdtempSync(join(tmpdir(), "hookline-catalog-embedded-"))
+  const dataDir = tempDir("hookline-catalog-embedded-")
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }))
 
   test("the demo catalog is searchable, listable and pageable on PGlite", async () => {

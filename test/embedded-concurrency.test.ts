@@ -4,12 +4,12 @@
  * PGlite is one backend session; every caller must still get its own answer.
  */
 import { afterAll, describe, expect, test } from "bun:test"
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { existsSync, readFileSync, rmSync } from "node:fs"
 import { join } from "node:path"
 import type { AccountBody, TransactionPage, WalletBody } from "./support/server.js"
 import { embeddedLedger } from "./support/embeddedLedger.js"
 import { adminClient, embeddedEnvironment, freePort, usingEmbeddedServer } from "./support/process.js"
+import { tempDir } from "./support/tempDirs.js"
 
 const dataDirs: Array<string> = []
 afterAll(() => {
@@ -25,7 +25,7 @@ const searchTerms = ["routine", "money", "morning", "secret", "mistakes", "why",
 
 describe("the embedded database under concurrent callers", () => {
   test(`${tenantCount} tenants reading and paying at once while an admin creates accounts: each answer is the caller's own, every balance equals its journal`, async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "hookline-embedded-load-"))
+    const dataDir = tempDir("hookline-embedded-load-")
     dataDirs.push(dataDir)
     const problems: Array<string> = []
     const statuses = new Map<number, number>()
@@ -100,7 +100,7 @@ describe("the embedded database under concurrent callers", () => {
   }, 120_000)
 
   test("first start: /readyz answers 503 until the demo data are in, then 200 on every later poll, under load", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "hookline-embedded-ready-"))
+    const dataDir = tempDir("hookline-embedded-ready-")
     dataDirs.push(dataDir)
     const port = freePort()
     const base = `http://127.0.0.1:${port}`

@@ -7,8 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { ConfigProvider, Duration, Effect, Redacted } from "effect"
 import { TestClock } from "effect/testing"
 import { createHash } from "node:crypto"
-import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { readFileSync, statSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { loadServerSecrets } from "../src/Config.js"
 import { makeBoundedMemoryStore } from "../src/RateLimit/MemoryStore.js"
@@ -28,6 +27,7 @@ import {
   type WalletBody,
   type WebhookTestBody
 } from "./support/server.js"
+import { tempDir } from "./support/tempDirs.js"
 
 let server: TestServer
 
@@ -245,7 +245,7 @@ describe("failed /admin authentication", () => {
 
 describe("secrets.json", () => {
   test("processes starting together on a fresh DATA_DIR all end up with the same secrets", async () => {
-    const dataDir = join(mkdtempSync(join(tmpdir(), "hookline-secrets-")), "data")
+    const dataDir = join(tempDir("hookline-secrets-"), "data")
     const script = `
       import { Effect, Redacted } from "effect"
       import { createHash } from "node:crypto"
@@ -300,7 +300,7 @@ describe("secrets.json", () => {
 
 describe("a leftover admin token", () => {
   test("an admin_token left in DATA_DIR/secrets.json by an embedded run opens nothing once DATABASE_URL is set without ADMIN_TOKEN", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "hookline-leftover-"))
+    const dataDir = tempDir("hookline-leftover-")
     const leftover = "leftover_admin_token_from_an_embedded_run"
     writeFileSync(join(dataDir, "secrets.json"), JSON.stringify({ admin_token: leftover, cursor_secret: "c".repeat(43), webhook_secret_key: "w".repeat(43) }), { mode: 0o600 })
     // The embedded server that wrote it would use it (it printed it in its banner).

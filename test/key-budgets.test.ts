@@ -6,8 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, Result } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { rmSync } from "node:fs"
 import { join } from "node:path"
 import { Accounts } from "../src/Admin/Accounts.js"
 import { Ledger } from "../src/Ledger/Ledger.js"
@@ -24,6 +23,7 @@ import {
   type UsageBody,
   type WalletBody
 } from "./support/server.js"
+import { tempDir } from "./support/tempDirs.js"
 
 interface KeySpendBody {
   readonly object: "key_spend"
@@ -272,7 +272,7 @@ describe("races", () => {
 describe("the admin CLI", () => {
   test("keys create --spend-limit and keys update --spend-limit N|none", async () => {
     const { accountId } = await server.account({ plan: "pro" })
-    const dataDir = mkdtempSync(join(tmpdir(), "hookline-cli-"))
+    const dataDir = tempDir("hookline-cli-")
     try {
       const cli = (...args: Array<string>) => {
         const run = Bun.spawnSync([process.execPath, "src/Admin/Cli.ts", ...args], {

@@ -7,18 +7,16 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { ConfigProvider, Effect, Layer, ManagedRuntime, Option, References, Result } from "effect"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import type Pg from "pg"
 import { newId } from "../src/Ids.js"
 import { Ledger } from "../src/Ledger/Ledger.js"
 import { SqlLive } from "../src/Sql.js"
 import { createDatabase, dropDatabase, ledgerState, testPool } from "./support/server.js"
+import { tempDir } from "./support/tempDirs.js"
 
 const ledgerLayer = (databaseUrl: string) => {
   const provider = ConfigProvider.fromEnv({
-    env: { DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-ledger-")) }
+    env: { DATABASE_URL: databaseUrl, DATA_DIR: tempDir("hookline-ledger-") }
   })
   return Ledger.layer.pipe(
     Layer.provide(SqlLive),

@@ -17,9 +17,6 @@ import { HttpServerRequest } from "effect/http"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { CurrentCaller } from "../src/Auth/Api.js"
 import { topSortMs } from "../src/Hooks/CatalogSql.js"
 import { HookCatalog } from "../src/Hooks/HookCatalog.js"
@@ -34,6 +31,7 @@ import { makeLedgerRepoInMemory } from "../src/Ledger/RepoMemory.js"
 import { SqlLive } from "../src/Sql.js"
 import { hookRecord } from "./support/hookRecord.js"
 import { createDatabase, dropDatabase } from "./support/server.js"
+import { tempDir } from "./support/tempDirs.js"
 
 const hex = (bytes: number) => randomBytes(bytes).toString("hex")
 
@@ -73,7 +71,7 @@ interface Backend {
 
 const postgresLayer = (databaseUrl: string): Layer.Layer<Repos | SqlClient.SqlClient, unknown> => {
   const provider = ConfigProvider.fromEnv({
-    env: { DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-memory-repos-")) }
+    env: { DATABASE_URL: databaseUrl, DATA_DIR: tempDir("hookline-memory-repos-") }
   })
   return Layer.mergeAll(CatalogRepo.layer, IdempotencyRepo.layer).pipe(
     Layer.provideMerge(SqlLive),
@@ -467,7 +465,7 @@ const serviceConfig = () =>
       CURSOR_SECRET: "cursor-secret-for-tests",
       WEBHOOK_SECRET_KEY: "webhook-secret-key-for-tests",
       ADMIN_TOKEN: "admin-token-for-tests",
-      DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-memory-services-"))
+      DATA_DIR: tempDir("hookline-memory-services-")
     }
   }))
 

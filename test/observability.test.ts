@@ -5,8 +5,6 @@
  */
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { ConfigProvider, Effect, Logger, Option, Tracer } from "effect"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { jsonLogger, LoggingLive, redactCredentials } from "../src/Logging.js"
 import { currentTraceParent, linkedTo } from "../src/Observability/Tracing.js"
@@ -24,6 +22,7 @@ import {
   type WebhookSecretBody,
   type WebhookTestBody
 } from "./support/server.js"
+import { tempDir } from "./support/tempDirs.js"
 
 /**
  * Waits for a condition the server reaches just after it answers (the span ends and the access
@@ -201,7 +200,7 @@ describe("tracing", () => {
   })
 
   test("a prediction job's span links to the upload request that queued it; settle and scoring are its children", async () => {
-    const clip = join(mkdtempSync(join(tmpdir(), "hookline-obs-")), "clip.mp4")
+    const clip = join(tempDir("hookline-obs-"), "clip.mp4")
     const made = Bun.spawnSync([ffmpegPath, "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10:duration=2",
       "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", clip])
     expect(made.exitCode).toBe(0)

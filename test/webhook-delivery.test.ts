@@ -9,8 +9,6 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Clock, ConfigProvider, Duration, Effect, Fiber, Layer, ManagedRuntime, References } from "effect"
 import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Secrets } from "../src/Config.js"
 import { SqlLive } from "../src/Sql.js"
@@ -22,6 +20,7 @@ import { type PostResult, WebhookTransport } from "../src/Webhooks/Transport.js"
 import { Webhooks } from "../src/Webhooks/Webhooks.js"
 import { createDatabase, dropDatabase, testPool } from "./support/server.js"
 import { samplePrediction } from "./support/webhookFixture.js"
+import { tempDir } from "./support/tempDirs.js"
 
 /** What the fake receiver was sent, and when (by the Clock). */
 interface Received {
@@ -82,7 +81,7 @@ beforeAll(async () => {
   receiver = fakeReceiver()
   runtime = servicesOn(receiver.layer, {
     DATABASE_URL: databaseUrl,
-    DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-delivery-")),
+    DATA_DIR: tempDir("hookline-delivery-"),
     WEBHOOK_SECRET_KEY: randomBytes(32).toString("base64url"),
     WEBHOOK_RETRY_SCHEDULE: schedule.map((ms) => `${ms}ms`).join(","),
     // Retries stay within the schedule: no endpoint is disabled for failing in these tests.

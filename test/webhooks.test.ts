@@ -2,8 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { ConfigProvider, Duration, Effect, Layer, Logger, ManagedRuntime, References, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { readFileSync, rmSync } from "node:fs"
 import { join } from "node:path"
 import { Accounts } from "../src/Admin/Accounts.js"
 import { makeSealer } from "../src/Crypto.js"
@@ -33,6 +32,7 @@ import {
   type WebhookTestBody
 } from "./support/server.js"
 import { expectEnvelope } from "./support/envelope.js"
+import { tempDir } from "./support/tempDirs.js"
 
 /** Every server of this file shares one key, so servers on one database read each other's secrets. */
 const webhookSecretKey = randomBytes(32).toString("base64url")
@@ -444,7 +444,7 @@ describe("delivery from the outbox", () => {
   test("a real prediction that succeeds is delivered as prediction.succeeded, verified by standardwebhooks", async () => {
     const target = receiver()
     const { key, secret } = await withWebhook(target.url)
-    const clip = join(mkdtempSync(join(tmpdir(), "hookline-webhook-clip-")), "clip.mp4")
+    const clip = join(tempDir("hookline-webhook-clip-"), "clip.mp4")
     const ffmpeg = Bun.spawn(
       [ffmpegPath, "-hide_banner", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=25:duration=2",
         "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", clip],
@@ -739,7 +739,7 @@ describe("SSRF protection (private targets not allowed)", () => {
 describe("embedded mode", () => {
   test("with PGlite (one session shared by the pool's connections, no LISTEN) the dispatcher delivers by polling", async () => {
     const target = receiver()
-    const dataDir = mkdtempSync(join(tmpdir(), "hookline-webhooks-embedded-"))
+    const dataDir = tempDir("hookline-webhooks-embedded-")
     // No fallback to the process environment: a DATABASE_URL there would leave embedded mode.
     const provider = ConfigProvider.fromEnvRecord({ ...env, DATA_DIR: dataDir })
     const runtime = ManagedRuntime.make(

@@ -5,9 +5,9 @@
  */
 import ffmpegInstaller from "@ffmpeg-installer/ffmpeg"
 import ffprobeInstaller from "@ffprobe-installer/ffprobe"
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { tempDir } from "./tempDirs.js"
 
 export const ffmpegPath = process.env.FFMPEG_PATH ?? Bun.which("ffmpeg") ?? ffmpegInstaller.path
 export const ffprobePath = process.env.FFPROBE_PATH ?? Bun.which("ffprobe") ?? ffprobeInstaller.path
@@ -85,7 +85,7 @@ export interface ClipSet {
 }
 
 export const makeClips = async (): Promise<ClipSet> => {
-  const dir = mkdtempSync(join(tmpdir(), "hookline-clips-"))
+  const dir = tempDir("hookline-clips-")
   const at = (name: string) => join(dir, name)
   const size = "320x240"
   const clips = {

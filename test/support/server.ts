@@ -6,9 +6,7 @@ import { ConfigProvider, Context, Effect, Exit, Layer, Logger, type LogLevel, Re
 import { HttpServer } from "effect/http"
 import { Statement } from "effect/sql"
 import { randomBytes } from "node:crypto"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { rmSync } from "node:fs"
 import Pg from "pg"
 import type { Account, ApiKeyCreated, ImportResult as ImportResultSchema } from "../../src/Admin/Api.js"
 import { apiOnlyLayer, appLayer } from "../../src/App.js"
@@ -20,6 +18,7 @@ import type { Prediction, PredictUpload } from "../../src/Predictions/Api.js"
 import { ClipScorer } from "../../src/Predictions/Scorer.js"
 import * as Server from "../../src/System/Server.js"
 import type { EventType, Webhook, WebhookDelivery, WebhookDeliveryList, WebhookSecret, WebhookTest } from "../../src/Webhooks/Api.js"
+import { tempDir } from "./tempDirs.js"
 
 export const adminDatabaseUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -223,7 +222,9 @@ export const startTestServer = async (
   } = {}
 ): Promise<TestServer> => {
   const databaseUrl = options.databaseUrl ?? (await createDatabase())
-  const dataDir = mkdtempSync(join(tmpdir(), "hookline-test-"))
+  // A data directory of its own unless one is given (another server's), removed when this one stops.
+  const ownDataDir = env.DATA_DIR === undefined ? tempDir("hookline-test-") : null
+  const dataDir = env.DATA_DIR ?? ownDataDir!
   const adminToken = `admin_${randomBytes(16).toString("hex")}`
   const settings = new Map(Object.entries({
     ...testDefaults,
@@ -285,6 +286,7 @@ export const startTestServer = async (
     if (stopped) return
     stopped = true
     await Effect.runPromise(Scope.close(scope, Exit.void))
+    if (ownDataDir !== null) rmSync(ownDataDir, { recursive: true, force: true })
   }
 
   const server: TestServer = {
