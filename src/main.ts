@@ -50,7 +50,7 @@ const Main = Startup.pipe(
  * one line, and the process exits 1 without the runtime's report of the cause and its stack.
  */
 class StartRefused extends Data.TaggedError("StartRefused")<{ readonly message: string }> {
-  readonly [Runtime.errorReported] = false
+  override readonly [Runtime.errorReported] = false
 }
 
 /** A stop asked for by a signal (the main fiber interrupted, everything released) exits 0, as orchestrators expect. */
