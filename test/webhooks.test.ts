@@ -844,7 +844,12 @@ describe("building blocks", () => {
     ["2001:db8::1", "reserved"],
     ["2001::1", "reserved"],
     ["::10.0.0.1", "reserved"],
-    ["4000::1", "reserved"]
+    ["4000::1", "reserved"],
+    // Not an address at all: refused too.
+    ["256.1.1.1", "reserved"],
+    ["1.2.3", "reserved"],
+    ["1:2:3:4:5:6:7:8:9", "reserved"],
+    ["example.com", "reserved"]
   ])("%s is refused as %s", (address, range) => {
     expect(refusedRange(address)).toBe(range)
   })

@@ -7,9 +7,9 @@
  * The attempt then connects to the very address that was checked (see Transport.ts), so a name
  * that re-resolves between the check and the connection (DNS rebinding) cannot redirect it.
  */
-import { Data, Duration, Effect, Result } from "effect"
+import { Data, Duration, Effect, Option, Result } from "effect"
+import { IpNetwork, NetAddress } from "effect/net"
 import { lookup } from "node:dns/promises"
-import { isIP } from "node:net"
 
 export class UrlRefused extends Data.TaggedError("UrlRefused")<{
   readonly message: string
@@ -46,130 +46,77 @@ export const checkUrlShape = (raw: string, rules: Pick<UrlRules, "allowInsecure"
 // ---------------------------------------------------------------------------------------------
 // Addresses
 
-const parseIpv4 = (text: string): bigint | null => {
-  const parts = text.split(".")
-  if (parts.length !== 4) return null
-  let value = 0n
-  for (const part of parts) {
-    if (!/^\d{1,3}$/.test(part)) return null
-    const octet = Number(part)
-    if (octet > 255) return null
-    value = (value << 8n) | BigInt(octet)
-  }
-  return value
-}
-
-const parseIpv6 = (text: string): bigint | null => {
-  let rest = text.replace(/%.*$/, "") // zone id
-  if (rest.includes(".")) {
-    // An embedded IPv4 tail (::ffff:10.0.0.1) becomes two hex groups.
-    const lastColon = rest.lastIndexOf(":")
-    const v4 = parseIpv4(rest.slice(lastColon + 1))
-    if (v4 === null) return null
-    rest = `${rest.slice(0, lastColon + 1)}${(v4 >> 16n).toString(16)}:${(v4 & 0xffffn).toString(16)}`
-  }
-  const halves = rest.split("::")
-  if (halves.length > 2) return null
-  const split = (half: string) => (half === "" ? [] : half.split(":"))
-  const head = split(halves[0])
-  const tail = halves.length === 2 ? split(halves[1]) : []
-  const missing = 8 - head.length - tail.length
-  if (halves.length === 1 ? missing !== 0 : missing < 1) return null
-  const groups = [...head, ...Array<string>(halves.length === 2 ? missing : 0).fill("0"), ...tail]
-  let value = 0n
-  for (const group of groups) {
-    if (!/^[0-9a-fA-F]{1,4}$/.test(group)) return null
-    value = (value << 16n) | BigInt(parseInt(group, 16))
-  }
-  return value
-}
-
 interface Block {
-  readonly base: bigint
-  readonly bits: number
+  readonly network: IpNetwork.IpNetwork
   readonly label: string
 }
 
-const block = (cidr: string, label: string, family: 4 | 6): Block => {
-  const [address, bits] = cidr.split("/")
-  const base = family === 4 ? parseIpv4(address) : parseIpv6(address)
-  if (base === null) throw new Error(`bad range ${cidr}`)
-  return { base, bits: Number(bits), label }
-}
-
-const within = (value: bigint, range: Block, width: number): boolean => {
-  const shift = BigInt(width - range.bits)
-  return value >> shift === range.base >> shift
-}
+const block = (cidr: string, label: string): Block => ({ network: IpNetwork.fromStringUnsafe(cidr), label })
 
 /** IPv4 ranges that are not the public internet (IANA special-purpose registry). */
 const ipv4Blocks: ReadonlyArray<Block> = [
-  block("0.0.0.0/8", "unspecified", 4),
-  block("10.0.0.0/8", "private", 4),
-  block("100.64.0.0/10", "private", 4), // shared address space (carrier-grade NAT)
-  block("127.0.0.0/8", "loopback", 4),
-  block("169.254.0.0/16", "link-local", 4), // includes cloud metadata at 169.254.169.254
-  block("172.16.0.0/12", "private", 4),
-  block("192.0.0.0/24", "reserved", 4),
-  block("192.0.2.0/24", "reserved", 4),
-  block("192.88.99.0/24", "reserved", 4),
-  block("192.168.0.0/16", "private", 4),
-  block("198.18.0.0/15", "reserved", 4),
-  block("198.51.100.0/24", "reserved", 4),
-  block("203.0.113.0/24", "reserved", 4),
-  block("224.0.0.0/4", "multicast", 4),
-  block("240.0.0.0/4", "reserved", 4) // includes 255.255.255.255
+  block("0.0.0.0/8", "unspecified"),
+  block("10.0.0.0/8", "private"),
+  block("100.64.0.0/10", "private"), // shared address space (carrier-grade NAT)
+  block("127.0.0.0/8", "loopback"),
+  block("169.254.0.0/16", "link-local"), // includes cloud metadata at 169.254.169.254
+  block("172.16.0.0/12", "private"),
+  block("192.0.0.0/24", "reserved"),
+  block("192.0.2.0/24", "reserved"),
+  block("192.88.99.0/24", "reserved"),
+  block("192.168.0.0/16", "private"),
+  block("198.18.0.0/15", "reserved"),
+  block("198.51.100.0/24", "reserved"),
+  block("203.0.113.0/24", "reserved"),
+  block("224.0.0.0/4", "multicast"),
+  block("240.0.0.0/4", "reserved") // includes 255.255.255.255
 ]
 
-const classifyIpv4 = (value: bigint): string | null =>
-  ipv4Blocks.find((range) => within(value, range, 32))?.label ?? null
-
-/** IPv6 prefixes whose last (or embedded) 32 bits are an IPv4 address, judged as that address. */
-const mapped = block("::ffff:0:0/96", "mapped", 6)
-const nat64 = block("64:ff9b::/96", "nat64", 6)
-const sixToFour = block("2002::/16", "6to4", 6)
-const globalUnicast = block("2000::/3", "global", 6)
+/** IPv6 prefixes that carry an IPv4 address, judged as that address: NAT64 in its last 32 bits, 6to4 in bits 16-47. */
+const nat64 = IpNetwork.fromStringUnsafe("64:ff9b::/96")
+const sixToFour = IpNetwork.fromStringUnsafe("2002::/16")
+const globalUnicast = IpNetwork.fromStringUnsafe("2000::/3")
 
 const ipv6Blocks: ReadonlyArray<Block> = [
-  block("::/128", "unspecified", 6),
-  block("::1/128", "loopback", 6),
-  block("fe80::/10", "link-local", 6),
-  block("fec0::/10", "private", 6), // site-local (deprecated)
-  block("fc00::/7", "private", 6), // unique local
-  block("ff00::/8", "multicast", 6),
-  block("64:ff9b:1::/48", "private", 6), // local-use NAT64
-  block("2001::/23", "reserved", 6), // IETF protocol assignments, Teredo
-  block("2001:db8::/32", "reserved", 6),
-  block("3fff::/20", "reserved", 6)
+  block("::/128", "unspecified"),
+  block("::1/128", "loopback"),
+  block("fe80::/10", "link-local"),
+  block("fec0::/10", "private"), // site-local (deprecated)
+  block("fc00::/7", "private"), // unique local
+  block("ff00::/8", "multicast"),
+  block("64:ff9b:1::/48", "private"), // local-use NAT64
+  block("2001::/23", "reserved"), // IETF protocol assignments, Teredo
+  block("2001:db8::/32", "reserved"),
+  block("3fff::/20", "reserved")
 ]
 
-const classifyIpv6 = (value: bigint): string | null => {
-  if (within(value, mapped, 128) || within(value, nat64, 128)) return classifyIpv4(value & 0xffffffffn)
-  if (within(value, sixToFour, 128)) return classifyIpv4((value >> 80n) & 0xffffffffn)
-  const listed = ipv6Blocks.find((range) => within(value, range, 128))
-  if (listed !== undefined) return listed.label
+const listedIn = (blocks: ReadonlyArray<Block>, address: NetAddress.IpAddress): string | null =>
+  blocks.find((range) => IpNetwork.contains(range.network, address))?.label ?? null
+
+/** The IPv4 address in four of an IPv6 address's sixteen bytes, from `at`. */
+const ipv4At = (address: NetAddress.Ipv6Address, at: number): NetAddress.Ipv4Address =>
+  NetAddress.ipv4FromBytesUnsafe(Uint8Array.from(NetAddress.ipv6ToOctets(address).slice(at, at + 4)))
+
+const classifyIpv6 = (address: NetAddress.Ipv6Address): string | null => {
+  const mapped = NetAddress.fromIpv4Mapped(address)
+  if (Option.isSome(mapped)) return listedIn(ipv4Blocks, mapped.value)
+  if (IpNetwork.contains(nat64, address)) return listedIn(ipv4Blocks, ipv4At(address, 12))
+  if (IpNetwork.contains(sixToFour, address)) return listedIn(ipv4Blocks, ipv4At(address, 2))
   // Outside 2000::/3 nothing is assigned for public unicast.
-  return within(value, globalUnicast, 128) ? null : "reserved"
+  return listedIn(ipv6Blocks, address) ?? (IpNetwork.contains(globalUnicast, address) ? null : "reserved")
 }
 
 /**
  * Why an address may not be a webhook target ("loopback", "private", "link-local",
  * "multicast", "reserved", "unspecified"), or null for a public address. IPv4-mapped,
- * NAT64 and 6to4 IPv6 addresses are judged by the IPv4 address inside them.
+ * NAT64 and 6to4 IPv6 addresses are judged by the IPv4 address inside them; what does not
+ * parse as an address (a zone id is dropped first) is "reserved".
  */
-export const refusedRange = (address: string): string | null => {
-  const bare = address.replace(/^\[|\]$/g, "")
-  const family = isIP(bare.replace(/%.*$/, ""))
-  if (family === 4) {
-    const value = parseIpv4(bare)
-    return value === null ? "reserved" : classifyIpv4(value)
-  }
-  if (family === 6) {
-    const value = parseIpv6(bare)
-    return value === null ? "reserved" : classifyIpv6(value)
-  }
-  return "reserved"
-}
+export const refusedRange = (address: string): string | null =>
+  Result.match(NetAddress.ipFromString(address.replace(/^\[|\]$/g, "").replace(/%.*$/, "")), {
+    onFailure: () => "reserved",
+    onSuccess: (parsed) => NetAddress.isIpv4Address(parsed) ? listedIn(ipv4Blocks, parsed) : classifyIpv6(parsed)
+  })
 
 // ---------------------------------------------------------------------------------------------
 // Resolution
@@ -214,7 +161,8 @@ export const resolveTarget = (
   Effect.gen(function*() {
     const url = yield* Effect.fromResult(checkUrlShape(raw, rules))
     const host = url.hostname.replace(/^\[|\]$/g, "")
-    const literalFamily = isIP(host)
+    const literal = Result.getOrUndefined(NetAddress.ipFromString(host))
+    const literalFamily = literal === undefined ? 0 : NetAddress.familyOf(literal) === "IPv4" ? 4 : 6
     const addresses: ReadonlyArray<{ readonly address: string; readonly family: number }> = literalFamily !== 0
       ? [{ address: host, family: literalFamily }]
       : yield* resolveAll(host, resolveTimeout)
