@@ -12,6 +12,7 @@
 import { Effect } from "effect"
 import { demoHook } from "../Hooks/DemoData.js"
 import { formatOfFile, maxReportedRejections } from "../Hooks/Import.js"
+import { forEachLineSlice } from "../Hooks/ImportSplitters.js"
 import type { ImportResult } from "../Hooks/Api.js"
 import { type ProgressOutput, ProgressReporter } from "./ImportProgress.js"
 import {
@@ -88,24 +89,22 @@ async function* ndjsonChunks(stream: ReadableStream<Uint8Array>, fromLine: numbe
   for (;;) {
     const { done, value: data } = await reader.read()
     if (done) break
-    let at = 0
-    while (at < data.byteLength) {
-      const newline = data.indexOf(0x0a, at)
-      const end = newline === -1 ? data.byteLength : newline + 1
+    const full: Array<Chunk> = []
+    forEachLineSlice(data, (bytes, ended) => {
       if (line >= fromLine) {
-        lineParts.push(data.subarray(at, end))
-        lineSize += end - at
+        lineParts.push(bytes)
+        lineSize += bytes.byteLength
       }
-      offset += end - at
-      at = end
-      if (newline === -1) break
+      offset += bytes.byteLength
+      if (!ended) return
       if (line < fromLine) {
         line++
-        continue
+        return
       }
-      const full = endLine()
-      if (full !== null) yield full
-    }
+      const cutOff = endLine()
+      if (cutOff !== null) full.push(cutOff)
+    })
+    yield* full
   }
   if (lineSize > 0) {
     const full = endLine()

@@ -71,6 +71,21 @@ class RecordBytes {
   }
 }
 
+/**
+ * The NDJSON line scan, written once for both ends (this splitter, and the CLI's cutting of a file
+ * into requests): each slice of `chunk` up to and including a newline (`ended`), then the rest of
+ * the chunk, a line that goes on in the next one.
+ */
+export const forEachLineSlice = (chunk: Uint8Array, slice: (bytes: Uint8Array, ended: boolean) => void): void => {
+  let from = 0
+  while (from < chunk.byteLength) {
+    const newline = chunk.indexOf(0x0a, from)
+    const end = newline === -1 ? chunk.byteLength : newline + 1
+    slice(chunk.subarray(from, end), newline !== -1)
+    from = end
+  }
+}
+
 /** NDJSON: records end at a newline; the index is the 1-based line number. */
 export const ndjsonSplitter = (maxBytes: number): Splitter => {
   let line = 1
@@ -83,14 +98,12 @@ export const ndjsonSplitter = (maxBytes: number): Splitter => {
   return {
     push: (chunk) => {
       const pieces: Array<Piece> = []
-      let from = 0
-      for (;;) {
-        const newline = chunk.indexOf(0x0a, from)
-        record.take(chunk.subarray(from, newline === -1 ? chunk.byteLength : newline))
-        if (newline === -1) return pieces
+      forEachLineSlice(chunk, (bytes, ended) => {
+        if (!ended) return record.take(bytes)
+        record.take(bytes.subarray(0, bytes.byteLength - 1))
         pieces.push(...finish())
-        from = newline + 1
-      }
+      })
+      return pieces
     },
     end: () => (record.length > 0 || record.overflow ? finish() : [])
   }
