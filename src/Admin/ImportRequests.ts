@@ -2,6 +2,7 @@
  * The requests of `catalog import`: one NDJSON chunk per POST /admin/catalog/hooks, retried on
  * network failures and 5xx answers, its body completed only once the request before it committed.
  */
+import { Cause, Duration, Effect, Exit, Schedule } from "effect"
 import type { ImportResult } from "../Hooks/Api.js"
 
 export interface AdminEndpoint {
@@ -90,7 +91,8 @@ const postChunk = async (endpoint: AdminEndpoint, body: Uint8Array<ArrayBuffer>,
 
 /**
  * Sends one chunk, retrying network failures and 5xx answers (safe: a chunk commits whole or not
- * at all); the first attempt completes its body once the previous chunk has committed (`gate`).
+ * at all) `retries` times, `retryDelayMs` doubling after each; the first attempt completes its
+ * body once the previous chunk has committed (`gate`).
  */
 export const postWithRetries = async (
   endpoint: AdminEndpoint,
@@ -98,13 +100,15 @@ export const postWithRetries = async (
   options: ChunkingOptions,
   gate: Promise<boolean>
 ): Promise<ImportResult> => {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await postChunk(endpoint, body, gate)
-    } catch (error) {
-      if (!(error instanceof RequestFailed) || !error.retryable || attempt >= options.retries) throw error
-      await Bun.sleep(options.retryDelayMs * 2 ** attempt)
-    }
-  }
+  const exit = await Effect.runPromiseExit(
+    Effect.tryPromise({ try: () => postChunk(endpoint, body, gate), catch: (error) => error }).pipe(
+      Effect.retry({
+        schedule: Schedule.exponential(Duration.millis(options.retryDelayMs)),
+        times: options.retries,
+        while: (error) => error instanceof RequestFailed && error.retryable
+      })
+    )
+  )
+  if (Exit.isSuccess(exit)) return exit.value
+  throw Cause.squash(exit.cause)
 }
-
