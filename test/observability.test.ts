@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { ConfigProvider, Effect, Logger, Option, Tracer } from "effect"
 import { join } from "node:path"
 import { jsonLogger, LoggingLive, redactCredentials } from "../src/Logging.js"
+import { makeSampler } from "../src/Observability/Sampling.js"
 import { currentTraceParent, linkedTo } from "../src/Observability/Tracing.js"
 import { ffmpegPath } from "./support/clips.js"
 import { collectSpans } from "./support/spans.js"
@@ -613,6 +614,29 @@ describe("the server process's own log (bun src/main.ts)", () => {
       expect(server.output()).not.toContain(key)
     } finally {
       await dropDatabase(databaseUrl)
+    }
+  })
+})
+
+describe("the parent-based sampler", () => {
+  test("follows a valid W3C traceparent's sampled flag; an invalid one is left to the root sampler", () => {
+    const alwaysOn = makeSampler("parentbased_always_on", 1)
+    const alwaysOff = makeSampler("parentbased_always_off", 0)
+    const traceId = "4bf92f3577b34da6a3ce929d0e0e4736"
+    const spanId = "00f067aa0ba902b7"
+    expect(alwaysOff(`00-${traceId}-${spanId}-01`)).toBe(true)
+    expect(alwaysOff(`00-${traceId}-${spanId}-03`)).toBe(true)
+    expect(alwaysOn(`00-${traceId}-${spanId}-00`)).toBe(false)
+    for (const invalid of [
+      null,
+      "garbage",
+      `00-${"0".repeat(32)}-${spanId}-01`,
+      `00-${traceId}-${"0".repeat(16)}-01`,
+      `00-${traceId.toUpperCase()}-${spanId}-01`,
+      `00-${traceId}-${spanId}-1`,
+      `00-${traceId}-${spanId}`
+    ]) {
+      expect({ invalid, off: alwaysOff(invalid), on: alwaysOn(invalid) }).toEqual({ invalid, off: false, on: true })
     }
   })
 })

@@ -14,7 +14,7 @@
  * in the traces. Probes and scrapes (Routes.untracedPaths) are never sampled.
  */
 import { Config, Context, Duration, Effect, Exit, Layer, Option, References, Schema, SchemaIssue } from "effect"
-import { HttpMiddleware } from "effect/http"
+import { Headers, HttpMiddleware, HttpTraceContext } from "effect/http"
 import { untracedPaths } from "./Routes.js"
 import { SpanAttributes } from "./Tracing.js"
 
@@ -50,12 +50,12 @@ export const SamplingConfig = Config.all({
 /** Decides from the request's `traceparent` header (or its absence) whether to trace it. */
 export type TraceSampler = (traceparent: string | null) => boolean
 
-/** The sampled flag of a W3C traceparent (`00-<trace id>-<span id>-<flags>`), if it is one. */
-const parentSampled = (traceparent: string | null): boolean | null => {
-  if (traceparent === null) return null
-  const match = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-([0-9a-f]{2})$/.exec(traceparent.trim())
-  return match === null ? null : (parseInt(match[1], 16) & 1) === 1
-}
+/** The sampled flag of a W3C traceparent, if it is one (read by Effect's HttpTraceContext.w3c). */
+const parentSampled = (traceparent: string | null): boolean | null =>
+  traceparent === null ? null : Option.match(HttpTraceContext.w3c(Headers.fromRecordUnsafe({ traceparent: traceparent.trim() })), {
+    onNone: () => null,
+    onSome: (parent) => parent.sampled
+  })
 
 export const makeSampler = (name: SamplerName, ratio: number): TraceSampler => {
   const root: TraceSampler = name.endsWith("always_on")
