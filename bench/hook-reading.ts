@@ -7,6 +7,10 @@
  *   graph (bicubic scale to 360 lines, RGB, scene score, back to YUV, signalstats; full decoding).
  *   After: the scorer as it runs now (ffprobe + the one ffmpeg pass, its child CPU) and the text
  *   reading (this process's CPU, the OCR worker thread included). Then clips/s with 4 clients.
+ * - "caption styles": word accuracy per caption style (test/support/captionStyles.ts: white with and
+ *   without an outline, dark on a light box, yellow, red, green, blue and pink with an outline),
+ *   12 clips a style (`--per-style N`), each a hook line not in the demo catalog, alternately over
+ *   still and moving footage and on one line or two; scored by the scorer itself (no server).
  * - "accuracy": clips the served catalog has not seen (demo hooks past the served 2,000, whose text
  *   is not among them), in two fonts, three sizes, four positions, flat or moving backgrounds,
  *   scored through the API of a server holding the demo catalog. Word accuracy of hook_text is
@@ -19,8 +23,8 @@ import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { demoHook } from "../src/Hooks/DemoData.js"
 import { wordsOf } from "../src/Predictions/HookText.js"
 import { ClipScorer } from "../src/Predictions/Scorer.js"
-import { captionClipDir, makeCaptionClip } from "../test/support/captionClips.js"
-import { ffmpegPath } from "../test/support/clips.js"
+import { captionClipDir, ffmpegPath, makeCaptionClip } from "../test/support/captionClips.js"
+import { type CaptionStyleName, captionStyles, heldOutLines, styledClip, wordAccuracy } from "../test/support/captionStyles.js"
 import { createAccounts, freshDatabase, startHookline } from "./support/processes.js"
 
 const servedHooks = 2_000
@@ -114,16 +118,6 @@ const wrap = (text: string, width: number) =>
     return lines
   }, []).join("\n")
 
-const wordAccuracy = (truth: ReadonlyArray<string>, read: ReadonlyArray<string>) => {
-  const d = Array.from({ length: truth.length + 1 }, (_, i) => Array.from({ length: read.length + 1 }, (_, j) => i + j))
-  for (let i = 1; i <= truth.length; i++) {
-    for (let j = 1; j <= read.length; j++) {
-      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (truth[i - 1] === read[j - 1] ? 0 : 1))
-    }
-  }
-  return Math.max(0, 1 - d[truth.length][read.length] / truth.length)
-}
-
 const accuracyRows = async (dir: string) => {
   const databaseUrl = await freshDatabase("hookline_bench_hooks")
   const server = await startHookline(databaseUrl, { WORKER_CONCURRENCY: "2" })
@@ -192,8 +186,42 @@ const accuracyRows = async (dir: string) => {
   }
 }
 
+const perStyleArgument = process.argv.indexOf("--per-style")
+const perStyle = perStyleArgument === -1 ? heldOutLines.length : Number(process.argv[perStyleArgument + 1])
+
+/** Word accuracy of hook_text per caption style, and how many clips read nothing. */
+const styleRows = async (dir: string) => {
+  const scorer = await Effect.runPromise(Effect.service(ClipScorer).pipe(Effect.provide(ClipScorer.layer)))
+  const rows: Array<{ style: string; clips: number; word_accuracy: number; nothing_read: number; cpu_ms_per_clip: number }> = []
+  for (const style of Object.keys(captionStyles) as Array<CaptionStyleName>) {
+    const accuracy: Array<number> = []
+    let cpuMs = 0
+    for (let i = 0; i < perStyle; i++) {
+      const line = heldOutLines[i % heldOutLines.length]
+      const path = await makeCaptionClip(join(dir, `style-${rows.length}-${i}.mp4`), styledClip(style, line, i))
+      const [children, own] = [reapedChildrenCpuMs(), ownCpuMs()]
+      const score = await Effect.runPromise(scorer.score({ path }))
+      cpuMs += reapedChildrenCpuMs() - children + ownCpuMs() - own
+      accuracy.push(wordAccuracy(wordsOf(line), wordsOf(score.hook?.text ?? "")))
+    }
+    rows.push({
+      style,
+      clips: accuracy.length,
+      word_accuracy: Math.round(accuracy.reduce((a, b) => a + b, 0) / accuracy.length * 1000) / 1000,
+      nothing_read: accuracy.filter((value) => value === 0).length,
+      cpu_ms_per_clip: Math.round(cpuMs / accuracy.length)
+    })
+  }
+  return rows
+}
+
 const dir = captionClipDir()
-const only = process.argv.includes("--accuracy") ? "accuracy" : process.argv.includes("--cpu") ? "cpu" : "both"
-if (only !== "accuracy") console.log(JSON.stringify({ scenario: "hook reading: scorer CPU", ...(await cpuRows(dir)) }, null, 2))
-if (only !== "cpu") console.log(JSON.stringify({ scenario: "hook reading: accuracy on held-out hooks", ...(await accuracyRows(dir)) }, null, 2))
+const chosen = ["--cpu", "--styles", "--accuracy"].filter((flag) => process.argv.includes(flag))
+const runs = (flag: string) => chosen.length === 0 || chosen.includes(flag)
+if (runs("--cpu")) console.log(JSON.stringify({ scenario: "hook reading: scorer CPU", ...(await cpuRows(dir)) }, null, 2))
+if (runs("--styles")) {
+  console.log("hook reading: word accuracy per caption style")
+  console.table(await styleRows(dir))
+}
+if (runs("--accuracy")) console.log(JSON.stringify({ scenario: "hook reading: accuracy on held-out hooks", ...(await accuracyRows(dir)) }, null, 2))
 process.exit(0)

@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect } from "effect"
+import { ConfigProvider, Effect, Layer } from "effect"
 import { join } from "node:path"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { agreedCategory, queryWords, rankNeighbours } from "../src/Predictions/HookNeighbours.js"
-import { mergeReadings } from "../src/Predictions/HookText.js"
+import { mergeReadings, wordsOf } from "../src/Predictions/HookText.js"
 import { ClipScorer } from "../src/Predictions/Scorer.js"
 import { type CaptionClipOptions, captionClipDir, makeCaptionClip } from "./support/captionClips.js"
+import { captionStyles, type CaptionStyleName, heldOutLines, styledClip, wordAccuracy } from "./support/captionStyles.js"
 import { createLink, expectReceived, fastBackground, put, waitForStatus } from "./support/predictions.js"
 import { type PredictionBody, startTestServer, type TestServer } from "./support/server.js"
 
@@ -101,6 +102,36 @@ describe("the hook on screen, read from the clip", () => {
   })
 })
 
+describe("every common caption style", () => {
+  /**
+   * Two clips a style: one line over still footage, two lines over moving footage, each with a
+   * hook line of its own (test/support/captionStyles.ts). bench/hook-reading.ts measures the same
+   * styles on more clips.
+   */
+  const styles = Object.keys(captionStyles) as Array<CaptionStyleName>
+  const readings = new Map<CaptionStyleName, Array<{ truth: string; read: string | null }>>()
+  beforeAll(async () => {
+    const dir = captionClipDir()
+    const scorer = await Effect.runPromise(Effect.service(ClipScorer).pipe(
+      Effect.provide(ClipScorer.layer.pipe(Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { SCORER_TEXT_TIMEOUT: "60 seconds" } })))))
+    ))
+    for (const [s, style] of styles.entries()) {
+      for (const [k, variant] of [0, 3].entries()) {
+        const truth = heldOutLines[(2 * s + k) % heldOutLines.length]
+        const path = await makeCaptionClip(join(dir, `style-${s}-${k}.mp4`), styledClip(style, truth, variant))
+        const score = await Effect.runPromise(scorer.score({ path }))
+        readings.set(style, [...(readings.get(style) ?? []), { truth, read: score.hook?.text ?? null }])
+      }
+    }
+  }, 240_000)
+
+  test.each(styles)("%s: read over still and moving footage, on one line and two", (style) => {
+    const read = readings.get(style)!
+    const accuracy = read.reduce((sum, { read, truth }) => sum + wordAccuracy(wordsOf(truth), wordsOf(read ?? "")), 0) / read.length
+    expect({ style, accuracy: accuracy >= 0.85 ? "at least 85%" : accuracy, read }).toMatchObject({ style, accuracy: "at least 85%" })
+  })
+})
+
 describe("SCORER_READ_TEXT=false", () => {
   test("the scorer reads no text: the clip scores with nothing read", async () => {
     const dir = captionClipDir()
@@ -130,6 +161,11 @@ describe("merging readings and the category rule", () => {
   test("words under the threshold are dropped; a frame of noise alone gives nothing", () => {
     expect(mergeReadings([[[word("|", 90), word("xq", 30)]]], 0.6)).toBeNull()
     expect(mergeReadings([[line("Stop"), [word("ghost", 20)]]], 0.6)?.text).toBe("Stop")
+  })
+
+  test("an upright bar among words is the word I, and one-letter words are kept a little under the threshold", () => {
+    expect(mergeReadings([[[word("How"), word("|", 80), word("paid")]]], 0.6)?.text).toBe("How I paid")
+    expect(mergeReadings([[[word("How"), word("I", 50), word("a", 45), word("xq", 55)]]], 0.6)?.text).toBe("How I a")
   })
 
   test("a caption revealed word by word keeps its whole form", () => {

@@ -73,9 +73,7 @@ export const ScorerConfig = Config.all({
   /** Frames are read with their shorter side scaled down to this many pixels (never up). */
   textFrameSize: Config.Int("SCORER_TEXT_FRAME_SIZE").pipe(Config.withDefault(540)),
   /** And with their area scaled down to this many pixels: a very wide or tall frame is read small, not long. */
-  textFrameArea: Config.Int("SCORER_TEXT_FRAME_AREA").pipe(Config.withDefault(540 * 960)),
-  /** Luma (0..255) from which a pixel counts as caption ink: captions are white or near-white. */
-  textInkLuma: Config.Int("SCORER_TEXT_INK_LUMA").pipe(Config.withDefault(235))
+  textFrameArea: Config.Int("SCORER_TEXT_FRAME_AREA").pipe(Config.withDefault(540 * 960))
 })
 export type ScorerConfig = Config.Success<typeof ScorerConfig>
 

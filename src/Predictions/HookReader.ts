@@ -17,12 +17,13 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { createWorker, OEM, PSM, type Worker } from "tesseract.js"
 import { ScorerConfig } from "./Config.js"
-import { type FrameReading, type HookReading, mergeReadings } from "./HookText.js"
+import { inkOf, type Polarity, readNetpbm, writePgm } from "./CaptionInk.js"
+import { type FrameReading, type HookReading, isConfident, mergeReadings, readingScore } from "./HookText.js"
 
 export interface HookReaderApi {
   /** Whether text is read at all (SCORER_READ_TEXT). */
   readonly enabled: boolean
-  /** The hook line on these frames (grey-scale image files, in time order), or null. */
+  /** The hook line on these frames (binary PPM colour or PGM grey image files, in time order), or null. */
   readonly read: (frames: ReadonlyArray<Uint8Array>) => Effect.Effect<HookReading | null>
 }
 
@@ -52,12 +53,12 @@ const startWorker = (cachePath: string) =>
     return worker
   })
 
-const make = Effect.gen(function*() {
-  const config = yield* ScorerConfig
-  if (!config.readText) return { enabled: false, read: () => Effect.succeed(null) } satisfies HookReaderApi
-
+/**
+ * The process's one OCR worker: started by the first turn and kept until a turn runs out of time
+ * or fails; after a failed start, none (logged once). Terminated with the layer.
+ */
+const keptWorker = Effect.gen(function*() {
   const cachePath = mkdtempSync(join(tmpdir(), "hookline-ocr-"))
-  /** The worker, started by the first turn and kept until a turn runs out of time; "failed" once it could not start. */
   let current: Worker | "failed" | undefined
   yield* Effect.addFinalizer(() =>
     Effect.promise(async () => {
@@ -95,16 +96,46 @@ const make = Effect.gen(function*() {
         if (current === ocr) current = undefined
       }))
     )
+  return { worker, discard }
+})
+
+const recognize = (ocr: Worker, image: Uint8Array) =>
+  Effect.tryPromise(() => ocr.recognize(Buffer.from(image), {}, { blocks: true, text: false })).pipe(
+    Effect.map((result) => linesOf(result.data))
+  )
+
+/**
+ * Each frame in the polarity that read the clip's previous frame (light ink first), then in the
+ * other when that gives no confident caption; the more confident reading is kept.
+ */
+const readFrames = (ocr: Worker, frames: ReadonlyArray<Uint8Array>, minConfidence: number) =>
+  Effect.suspend(() => {
+    let preferred: Polarity = "light"
+    return Effect.forEach(frames, (frame) =>
+      Effect.gen(function*() {
+        const picture = readNetpbm(frame)
+        if (picture === null) return yield* recognize(ocr, frame)
+        const order: ReadonlyArray<Polarity> = preferred === "light" ? ["light", "dark"] : ["dark", "light"]
+        let best: { polarity: Polarity; reading: FrameReading; score: number } | null = null
+        for (const polarity of order) {
+          const reading = yield* recognize(ocr, writePgm(inkOf(picture, polarity)))
+          const score = readingScore(reading, minConfidence)
+          if (best === null || score > best.score) best = { polarity, reading, score }
+          if (isConfident(reading, minConfidence)) break
+        }
+        preferred = best!.polarity
+        return best!.reading
+      }))
+  })
+
+const make = Effect.gen(function*() {
+  const config = yield* ScorerConfig
+  if (!config.readText) return { enabled: false, read: () => Effect.succeed(null) } satisfies HookReaderApi
+  const { discard, worker } = yield* keptWorker
   const turn = yield* Semaphore.make(1)
 
-  const readFrames = (ocr: Worker, frames: ReadonlyArray<Uint8Array>) =>
-    Effect.forEach(frames, (frame) =>
-      Effect.tryPromise(() => ocr.recognize(Buffer.from(frame), {}, { blocks: true, text: false })).pipe(
-        Effect.map((result) => linesOf(result.data))
-      ))
-
   const readWith = (ocr: Worker, frames: ReadonlyArray<Uint8Array>) =>
-    readFrames(ocr, frames).pipe(
+    readFrames(ocr, frames, config.textMinConfidence).pipe(
       Effect.timeoutOption(config.textTimeout),
       Effect.flatMap(Option.match({
         onNone: () => Effect.as(discard(ocr, `ran past SCORER_TEXT_TIMEOUT (${Duration.format(config.textTimeout)})`), null),

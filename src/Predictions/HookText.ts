@@ -46,9 +46,25 @@ interface Caption {
 
 const meanConfidence = (caption: Caption) => caption.confidenceSum / caption.count
 
+/** An upright bar among words is the word "I" (the engine often reads it as "|"); alone, it is a border mark. */
+const asWord = (word: ReadWord): ReadWord => (word.text === "|" ? { ...word, text: "I" } : word)
+
+/**
+ * The one-letter words "I" and "a" are read with less confidence than longer words (an upright
+ * bar could be l, 1 or |): they are kept from this much under the threshold (0..100).
+ */
+const oneLetterAllowance = 20
+
+const isConfidentWord = (word: ReadWord, minConfidence: number) =>
+  isWord(word.text) &&
+  word.confidence >= minConfidence * 100 - (/^[IAa]$/.test(word.text) ? oneLetterAllowance : 0)
+
 /** A frame's caption: the confident words of its lines, in reading order; null when none is left. */
 export const captionOf = (frame: FrameReading, minConfidence: number): Caption | null => {
-  const kept = frame.flatMap((line) => line.filter((word) => isWord(word.text) && word.confidence >= minConfidence * 100))
+  const kept = frame.flatMap((line) => {
+    const amongWords = line.some((word) => word.text !== "|" && isConfidentWord(word, minConfidence))
+    return (amongWords ? line.map(asWord) : line).filter((word) => isConfidentWord(word, minConfidence))
+  })
   if (kept.length === 0) return null
   const text = kept.map((word) => word.text).join(" ")
   return {
@@ -57,6 +73,18 @@ export const captionOf = (frame: FrameReading, minConfidence: number): Caption |
     confidenceSum: kept.reduce((sum, word) => sum + word.confidence, 0),
     count: kept.length
   }
+}
+
+/** Mean word confidence (0..100) from which a frame's caption needs no second reading. */
+const confidentReading = 85
+
+/** How well a frame was read: the summed confidence of its confident words (0 when none). */
+export const readingScore = (frame: FrameReading, minConfidence: number) => captionOf(frame, minConfidence)?.confidenceSum ?? 0
+
+/** A frame read well enough to stop there: two confident words or more, confident on average. */
+export const isConfident = (frame: FrameReading, minConfidence: number) => {
+  const caption = captionOf(frame, minConfidence)
+  return caption !== null && caption.count >= 2 && meanConfidence(caption) >= confidentReading
 }
 
 /** Share of the smaller word set found in the larger one. */

@@ -89,7 +89,7 @@ const measuringChain = "scale=w=-2:h='min(ih,360)':flags=fast_bilinear,signalsta
 
 /**
  * One ffmpeg pass over the opening: the frames' scene scores and luma changes, the loudness, and
- * (given `textFrames`, a directory) the frames to read for text, written there as PGM files.
+ * (given `textFrames`, a directory) the frames to read for text, written there as PPM files.
  * The loop filter is skipped while decoding: the measurements do not need it, and it is a
  * quarter of the decoding time.
  */
@@ -118,7 +118,7 @@ const analyse = (
         // vfr: the frames picked are written once each (a constant-rate output would repeat them to fill the gaps).
         ...(textFrames === null
           ? []
-          : ["-map", "[text]", "-vsync", "vfr", "-frames:v", String(config.textFrames), "-f", "image2", join(textFrames, "%d.pgm")])
+          : ["-map", "[text]", "-vsync", "vfr", "-frames:v", String(config.textFrames), "-f", "image2", join(textFrames, "%d.ppm")])
       ],
       durationSec
     )

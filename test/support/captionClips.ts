@@ -1,12 +1,19 @@
 /**
- * Clips with a caption burned in, as short-form videos put their hook on screen: white text with
- * a black border, in a font from this repository (test/support/fonts), so every machine makes
- * the same frames. Made with ffmpeg's drawtext (the npm-bundled ffmpeg has freetype).
+ * Clips with a caption burned in, as short-form videos put their hook on screen (white text with
+ * a black border unless a style says otherwise: a colour, no outline, dark text on a light box),
+ * in a font from this repository (test/support/fonts), so every machine makes the same frames.
+ * Made with ffmpeg's drawtext (the npm-bundled ffmpeg has freetype).
  */
+import ffmpegInstaller from "@ffmpeg-installer/ffmpeg"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { ffmpegPath } from "./clips.js"
+
+/**
+ * ffmpeg as the scorer finds it (FFMPEG_PATH, the system's, the npm-installed one); found here
+ * rather than through clips.ts so the benchmarks can make caption clips outside the test runner.
+ */
+export const ffmpegPath = process.env.FFMPEG_PATH ?? Bun.which("ffmpeg") ?? ffmpegInstaller.path
 
 export const fonts = {
   sans: join(import.meta.dir, "fonts", "DejaVuSans-Bold.ttf"),
@@ -21,15 +28,28 @@ export interface Caption {
   readonly until?: number
 }
 
+/** How the caption is drawn: its colour, its outline (none: null), and a box behind it. */
+export interface CaptionStyle {
+  readonly colour?: string
+  readonly outline?: string | null
+  readonly box?: string
+}
+
 export interface CaptionClipOptions {
   readonly captions: ReadonlyArray<Caption>
+  readonly style?: CaptionStyle
   readonly font?: keyof typeof fonts
   /** Pixels, on a clip `width` wide. */
   readonly fontSize?: number
   /** Where the caption's top sits, as a share of the height. */
   readonly top?: number
-  /** still: a flat colour; moving: a moving test pattern; gradient: a slowly moving soft pattern. */
-  readonly background?: "still" | "moving" | "gradient"
+  /**
+   * still: a flat colour; moving: a moving test pattern; gradient: a slowly moving soft pattern;
+   * footage: the moving test pattern blurred, at half saturation and a little darker (soft colours
+   * and shapes like filmed footage, its own digits unreadable); dimmed: the same footage darkened,
+   * as creators dim footage under a caption that has no outline.
+   */
+  readonly background?: "still" | "moving" | "gradient" | "footage" | "dimmed"
   readonly backgroundColour?: string
   readonly width?: number
   readonly height?: number
@@ -41,6 +61,11 @@ const backgroundSource = (options: CaptionClipOptions, size: string, fps: number
   switch (options.background ?? "still") {
     case "moving":
       return `testsrc2=size=${size}:rate=${fps}:duration=${duration}`
+    case "footage":
+    case "dimmed": {
+      const brightness = options.background === "dimmed" ? -0.35 : -0.1
+      return `testsrc2=size=${size}:rate=${fps}:duration=${duration},boxblur=8:2,eq=saturation=0.5:brightness=${brightness}`
+    }
     case "gradient":
       return `mandelbrot=size=${size}:rate=${fps}:end_pts=${duration}`
     case "still":
@@ -55,12 +80,17 @@ export const makeCaptionClip = async (path: string, options: CaptionClipOptions)
   const fps = options.fps ?? 25
   const duration = options.durationSec ?? 3
   const fontSize = options.fontSize ?? Math.round(width / 13.5)
+  const style = options.style ?? {}
+  const outline = style.outline === null
+    ? ""
+    : `:borderw=${Math.max(2, Math.round(fontSize / 16))}:bordercolor=${style.outline ?? "black"}`
+  const box = style.box === undefined ? "" : `:box=1:boxcolor=${style.box}:boxborderw=${Math.round(fontSize / 3)}`
   const drawn = options.captions.map((caption, i) => {
     const textFile = `${path}.caption${i}.txt`
     writeFileSync(textFile, caption.text)
     const enable = `:enable='between(t,${caption.from ?? 0},${caption.until ?? duration})'`
     return `drawtext=fontfile=${fonts[options.font ?? "sans"]}:textfile=${textFile}:fontsize=${fontSize}` +
-      `:fontcolor=white:borderw=${Math.max(2, Math.round(fontSize / 16))}:bordercolor=black:line_spacing=${Math.round(fontSize / 4)}` +
+      `:fontcolor=${style.colour ?? "white"}${outline}${box}:line_spacing=${Math.round(fontSize / 4)}` +
       `:x=(w-tw)/2:y=h*${options.top ?? 0.3}${enable}`
   })
   const source = backgroundSource(options, `${width}x${height}`, fps, duration)

@@ -1,0 +1,177 @@
+/**
+ * A caption's ink, whatever its style: the frames are read as colour, and what the OCR engine is
+ * given is black ink on white, found by local contrast instead of one global threshold.
+ *
+ * - Brightness is each pixel's largest colour component (HSV value), so a blue or red caption is
+ *   as bright as a white one (its luma is not: pure blue is darker than mid grey).
+ * - Light ink (white, yellow, red, green, blue, pink text, with or without an outline): pixels
+ *   brighter than the darkest pixel within a square a little wider than a thick caption stroke
+ *   (the outline, or the footage around the text) by INK_CONTRAST, and brighter than the middle
+ *   between that darkest and the brightest pixel there: a local threshold, so a yellow caption
+ *   over dark footage and a white one over grey footage are both ink, and a wide bright area with
+ *   nothing darker near it (sky, a wall) is not.
+ * - Dark ink (black text on a light box or light footage): the same, darker than its surroundings.
+ *
+ * HookReader reads a frame in light ink first and tries dark ink when that gives no confident
+ * caption, keeping the reading that is more confident.
+ */
+
+export type Polarity = "light" | "dark"
+
+/** How much brighter (or darker) than its surroundings a pixel must be to count as ink (0..255). */
+export const INK_CONTRAST = 96
+
+/** The square's side, as a share of the frame's shorter side: wider than a caption stroke. */
+const WINDOW_SHARE = 1 / 24
+
+export interface Picture {
+  readonly width: number
+  readonly height: number
+  /** One byte a pixel, row by row. */
+  readonly pixels: Uint8Array
+}
+
+/** Reads a binary PPM (P6, colour: the value channel) or PGM (P5, grey) with 8-bit samples; null otherwise. */
+export const readNetpbm = (file: Uint8Array): Picture | null => {
+  const header = /^(P[56])\s+(\d+)\s+(\d+)\s+(\d+)\s/.exec(new TextDecoder().decode(file.subarray(0, 64)))
+  if (header === null || header[4] !== "255") return null
+  const [width, height] = [Number(header[2]), Number(header[3])]
+  const channels = header[1] === "P6" ? 3 : 1
+  const data = file.subarray(header[0].length)
+  if (data.length < width * height * channels) return null
+  if (channels === 1) return { width, height, pixels: data.subarray(0, width * height) }
+  const pixels = new Uint8Array(width * height)
+  for (let i = 0, j = 0; i < pixels.length; i++, j += 3) pixels[i] = Math.max(data[j], data[j + 1], data[j + 2])
+  return { width, height, pixels }
+}
+
+/** A PGM file of the picture. */
+export const writePgm = (picture: Picture): Uint8Array => {
+  const header = new TextEncoder().encode(`P5\n${picture.width} ${picture.height}\n255\n`)
+  const file = new Uint8Array(header.length + picture.pixels.length)
+  file.set(header)
+  file.set(picture.pixels, header.length)
+  return file
+}
+
+type Pick = (a: number, b: number) => number
+const lower: Pick = (a, b) => (a < b ? a : b)
+const higher: Pick = (a, b) => (a > b ? a : b)
+
+/**
+ * Min or max over a window of `2r + 1` samples along one line (van Herk / Gil-Werman: three
+ * passes, whatever the window), for the `count` samples from `start`, `step` apart.
+ */
+const filterLine = (
+  source: Uint8Array,
+  target: Uint8Array,
+  start: number,
+  step: number,
+  count: number,
+  r: number,
+  pick: Pick,
+  scratch: { forward: Uint8Array; backward: Uint8Array }
+) => {
+  const k = 2 * r + 1
+  const { forward, backward } = scratch
+  for (let i = 0; i < count; i++) {
+    const value = source[start + i * step]
+    forward[i] = i % k === 0 ? value : pick(forward[i - 1], value)
+  }
+  for (let i = count - 1; i >= 0; i--) {
+    const value = source[start + i * step]
+    backward[i] = i === count - 1 || (i + 1) % k === 0 ? value : pick(backward[i + 1], value)
+  }
+  for (let i = 0; i < count; i++) {
+    const from = Math.max(0, i - r)
+    const to = Math.min(count - 1, i + r)
+    target[start + i * step] = pick(backward[from], forward[to])
+  }
+}
+
+/** Min (erosion) or max (dilation) over a square of side `2r + 1`. */
+const squareFilter = (picture: Picture, r: number, pick: Pick): Uint8Array => {
+  const { width, height } = picture
+  const scratch = { forward: new Uint8Array(Math.max(width, height)), backward: new Uint8Array(Math.max(width, height)) }
+  const rows = new Uint8Array(width * height)
+  for (let y = 0; y < height; y++) filterLine(picture.pixels, rows, y * width, 1, width, r, pick, scratch)
+  const out = new Uint8Array(width * height)
+  for (let x = 0; x < width; x++) filterLine(rows, out, x, width, height, r, pick, scratch)
+  return out
+}
+
+/** The largest glyph, as a share of the frame's shorter side (a 38-pixel caption on a 540-pixel-wide frame is 0.08). */
+const GLYPH_SHARE = 1 / 6
+/** Ink covers at least this share of a glyph's bounding box; a ring of footage around a caption covers less. */
+const GLYPH_FILL = 0.12
+
+/** A glyph stands out from nearly all of its surroundings; a strip of footage only from the caption side. */
+const GLYPH_EDGE = 0.75
+
+/**
+ * Keeps the connected pieces of ink that look like glyphs: at most GLYPH_SHARE of the frame tall
+ * and wide, covering GLYPH_FILL of their box, and standing out (by half of INK_CONTRAST) from
+ * GLYPH_EDGE of the pixels around them. Footage that passed the threshold beside a caption (a
+ * bright wall behind yellow text, shadows around a white box) joins up into pieces larger than a
+ * glyph, thin rings, or strips that stand out from the caption's outline on one side only. A
+ * caption's outline or box keeps its letters apart from the footage, so they stay.
+ */
+const glyphsOnly = (ink: Uint8Array, picture: Picture, polarity: Polarity) => {
+  const { width, height, pixels } = picture
+  const maxSide = Math.min(width, height) * GLYPH_SHARE
+  const edgeContrast = (polarity === "light" ? 1 : -1) * INK_CONTRAST / 2
+  const seen = new Uint8Array(ink.length)
+  const stack = new Int32Array(ink.length)
+  const piece: Array<number> = []
+  for (let start = 0; start < ink.length; start++) {
+    if (ink[start] === 0 || seen[start] === 1) continue
+    piece.length = 0
+    let [top, bottom, left, right, size, edges, standsOut] = [height, 0, width, 0, 0, 0, 0]
+    stack[size++] = start
+    seen[start] = 1
+    while (size > 0) {
+      const at = stack[--size]
+      piece.push(at)
+      const [x, y] = [at % width, Math.floor(at / width)]
+      top = Math.min(top, y), bottom = Math.max(bottom, y), left = Math.min(left, x), right = Math.max(right, x)
+      for (const next of [x > 0 ? at - 1 : -1, x < width - 1 ? at + 1 : -1, at - width, at + width]) {
+        if (next < 0 || next >= ink.length) continue
+        if (ink[next] === 0) {
+          edges++
+          if ((pixels[at] - pixels[next]) * Math.sign(edgeContrast) >= Math.abs(edgeContrast)) standsOut++
+          continue
+        }
+        if (seen[next] === 1) continue
+        seen[next] = 1
+        stack[size++] = next
+      }
+    }
+    const [tall, wide] = [bottom - top + 1, right - left + 1]
+    const glyph = tall <= maxSide && wide <= maxSide && piece.length >= GLYPH_FILL * tall * wide && standsOut >= GLYPH_EDGE * edges
+    if (!glyph) for (const at of piece) ink[at] = 0
+  }
+}
+
+/**
+ * The ink of one polarity as black (0) on white (255): a pixel at least INK_CONTRAST brighter
+ * (light) or darker (dark) than the darkest (brightest) pixel around it, and past the middle
+ * between the darkest and the brightest; then only the pieces of it the size of a glyph.
+ */
+export const inkOf = (picture: Picture, polarity: Polarity): Picture => {
+  const r = Math.max(2, Math.round(Math.min(picture.width, picture.height) * WINDOW_SHARE / 2))
+  const darkest = squareFilter(picture, r, lower)
+  const brightest = squareFilter(picture, r, higher)
+  const ink = new Uint8Array(picture.pixels.length)
+  for (let i = 0; i < ink.length; i++) {
+    const value = picture.pixels[i]
+    const middle = (darkest[i] + brightest[i]) / 2
+    const isInk = polarity === "light"
+      ? value - darkest[i] >= INK_CONTRAST && value > middle
+      : brightest[i] - value >= INK_CONTRAST && value < middle
+    ink[i] = isInk ? 1 : 0
+  }
+  glyphsOnly(ink, picture, polarity)
+  const pixels = new Uint8Array(ink.length)
+  for (let i = 0; i < ink.length; i++) pixels[i] = ink[i] === 1 ? 0 : 255
+  return { width: picture.width, height: picture.height, pixels }
+}
