@@ -5,7 +5,7 @@
  * it as the contract's envelope `{ error: { type, message, request_id } }` with its HTTP
  * status, and decodes the envelope back into the class so the typed client gets instances.
  */
-import { Context, Effect, Schema, SchemaGetter } from "effect"
+import { Context, Data, Effect, Schema, SchemaGetter } from "effect"
 import { HttpApiSchema } from "effect/http-api"
 
 /** The id of the request being served; the request-id middleware provides it. */
@@ -109,6 +109,18 @@ export const InternalErrorWire = envelope(InternalError, "internal_error", 500, 
 export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", {
   message: Schema.String
 }) {}
+
+/**
+ * A defect, not a contract error: the connection to the database was lost while a charge was
+ * being recorded, so whether it was taken cannot be known here. Answered 503 saying so.
+ */
+export class ChargeOutcomeUnknown extends Data.TaggedError("ChargeOutcomeUnknown")<{ readonly credits: number; readonly cause: unknown }> {
+  override get message() {
+    return `The connection to the database was lost while this request's charge of ${this.credits} credit(s) was being ` +
+      "recorded: its outcome is unknown. The credit history (GET /v1/wallet/transactions) shows whether it was taken, " +
+      "under this request's X-Request-Id. Retry in a moment."
+  }
+}
 export const ServiceUnavailableWire = envelope(ServiceUnavailable, "service_unavailable", 503, "The service is not ready (database unreachable or not migrated).")
 export const StatementTimedOutWire = envelope(
   ServiceUnavailable,

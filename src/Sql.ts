@@ -211,6 +211,13 @@ export const isDatabaseUnavailable = (error: unknown): boolean => {
   return serverGoingAway.has(cause.code) || cause.code.startsWith("08")
 }
 
+/**
+ * Whether a write that failed so may still have happened: the connection was lost after the
+ * statement went out (not while connecting), so PostgreSQL may have committed it unseen.
+ */
+export const isOutcomeUnknown = (error: unknown): boolean =>
+  SqlError.isSqlError(error) && error.reason._tag === "ConnectionError" && error.reason.operation !== "connect"
+
 /** The database error in `cause` (a failure or a defect), if any. */
 const sqlErrorIn = (cause: Cause.Cause<unknown>): unknown => {
   const failure = Cause.findErrorOption(cause)

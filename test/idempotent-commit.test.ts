@@ -7,81 +7,9 @@
  * and can then refuse every connection for a while (the database unreachable).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { createServer, type Server, type Socket, connect } from "node:net"
 import { expectEnvelope } from "./support/envelope.js"
+import { pgProxy } from "./support/pgProxy.js"
 import { type AccountBody, createDatabase, dropDatabase, type ErrorBody, startTestServer, type TestServer, type WalletBody } from "./support/server.js"
-
-type Mode = "pass" | "cutAfterCommit" | "cutBeforeCommit" | "down"
-
-/** PostgreSQL's CommandComplete for COMMIT: 'C', length 11, "COMMIT\0". */
-const commitComplete = Buffer.from([0x43, 0, 0, 0, 11, ...Buffer.from("COMMIT"), 0])
-
-/**
- * A TCP proxy to PostgreSQL that cuts one connection at its next COMMIT, then stays `then`. The
- * COMMIT a client sends is a prepared statement's name once the connection has run one, so
- * "before COMMIT" is told by what precedes it: the row the idempotency answer's UPDATE returns
- * (its key, `marker`), after which the transaction's next message is its COMMIT.
- */
-const pgProxy = (target: URL) => {
-  let mode: Mode = "pass"
-  let after: Mode = "pass"
-  let marker = ""
-  let cuts = 0
-  const open = new Set<Socket>()
-  const cutAll = () => {
-    for (const socket of open) socket.destroy()
-    open.clear()
-  }
-  const cut = (client: Socket, upstream: Socket) => {
-    cuts++
-    mode = after
-    client.destroy()
-    upstream.destroy()
-    if (mode === "down") cutAll()
-  }
-  const server: Server = createServer((client) => {
-    if (mode === "down") return void client.destroy()
-    const upstream = connect(Number(target.port), target.hostname)
-    open.add(client).add(upstream)
-    let commitIsNext = false
-    client.on("data", (chunk: Buffer) => {
-      if (mode === "cutBeforeCommit" && commitIsNext) return cut(client, upstream)
-      upstream.write(chunk)
-    })
-    upstream.on("data", (chunk: Buffer) => {
-      if (mode === "cutBeforeCommit" && chunk.includes(marker)) commitIsNext = true
-      const at = mode === "cutAfterCommit" ? chunk.indexOf(commitComplete) : -1
-      if (at === -1) return void client.write(chunk)
-      client.write(chunk.subarray(0, at))
-      cut(client, upstream)
-    })
-    for (const [one, other] of [[client, upstream], [upstream, client]] as const) {
-      one.on("error", () => other.destroy())
-      one.on("close", () => {
-        open.delete(one)
-        other.destroy()
-      })
-    }
-  })
-  return {
-    listen: () => new Promise<number>((resolve) => server.listen(0, "127.0.0.1", () => resolve((server.address() as { port: number }).port))),
-    /** Cuts the connection at its next COMMIT (`at`; before it: the one after `marker` was returned), then stays `then`. */
-    arm: (at: "cutAfterCommit" | "cutBeforeCommit", then: "pass" | "down", answerKey = "") => {
-      mode = at
-      after = then
-      marker = answerKey
-    },
-    restore: () => {
-      mode = "pass"
-    },
-    cuts: () => cuts,
-    close: () =>
-      new Promise<void>((resolve) => {
-        cutAll()
-        server.close(() => resolve())
-      })
-  }
-}
 
 const metricsToken = "outcome-unknown-metrics-token"
 

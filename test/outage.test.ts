@@ -7,7 +7,7 @@
 import { afterAll, describe, expect, test } from "bun:test"
 import { join } from "node:path"
 import { type OwnPostgres, type OwnRedis, startOwnPostgres, startOwnRedis } from "./support/cluster.js"
-import { byStatus, checkLedger, type Load, recoveryMs, startLoad, waitFor } from "./support/outage.js"
+import { byStatus, chargesAgainstJournal, checkLedger, type Load, recoveryMs, startLoad, waitFor } from "./support/outage.js"
 import { adminClient, deployment, type ServerProcess, spawnServer } from "./support/process.js"
 import { startReceiver } from "./support/receiver.js"
 import { createDatabase, dropDatabase, type ErrorBody, testPool } from "./support/server.js"
@@ -111,6 +111,18 @@ describe("PostgreSQL stopped hard and started again", () => {
     const ledger = await checkLedger(db)
     expect(ledger.unequal).toBe(0)
     expect(ledger.accounts).toBeGreaterThanOrEqual(7)
+    // What the answers said they charged is what the journal took, request by request; no 503
+    // carries a charge. A request the journal took from without a 200 had an unknown outcome for
+    // its client (no answer, or a 503 saying so): counted, and the 503s among them said it.
+    // A hold the outage left pending is voided once it expires (its reserve given back): wait for all of them.
+    await waitFor("no hold pending", 15_000, async () => (await checkLedger(db)).pending === 0)
+    const charges = await chargesAgainstJournal(db, clients.map((client) => client.accountId), load.answers)
+    expect(charges.mismatched).toEqual([])
+    expect(charges.charged503).toEqual([])
+    const unknown = charges.unaccounted.map((row) => load.answers.find((answer) => answer.requestId === row.request_id))
+    expect(unknown.filter((answer) => answer !== undefined && !(answer.errorMessage ?? "").includes("outcome is unknown"))).toEqual([])
+    console.log(`outage: ${load.answers.length} answers, ${charges.answeredCharges} credits answered as charged, ` +
+      `${charges.journalTaken} taken by the journal, ${charges.unaccounted.length} requests of unknown outcome`)
   }, 120_000)
 })
 

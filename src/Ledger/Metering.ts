@@ -5,9 +5,10 @@
  */
 import { Effect, Exit, Option } from "effect"
 import { CurrentCaller } from "../Auth/Api.js"
-import { RequestId } from "../Errors.js"
+import { ChargeOutcomeUnknown, RequestId } from "../Errors.js"
 import { addAnswerHeaders } from "../Idempotency/Headers.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
+import { isOutcomeUnknown } from "../Sql.js"
 import type { Balances, Hold, Operation } from "./Domain.js"
 import { Ledger } from "./Ledger.js"
 
@@ -17,6 +18,10 @@ export const creditHeaders = (charged: number, balances: Balances | null) =>
     "x-credits-charged": String(charged),
     ...(balances === null ? {} : { "x-credits-remaining": String(balances.monthly + balances.topup) })
   })
+
+/** A charge whose connection was lost once sent may have been taken: the answer says its outcome is unknown. */
+const unknownWhenLost = <A, E, R>(charge: Effect.Effect<A, E, R>, credits: number) =>
+  Effect.catchDefect(charge, (defect) => Effect.die(isOutcomeUnknown(defect) ? new ChargeOutcomeUnknown({ credits, cause: defect }) : defect))
 
 export const metered = <A, E, R>(options: {
   readonly operation: Operation
@@ -39,7 +44,8 @@ export const metered = <A, E, R>(options: {
       (hold) =>
         Effect.gen(function*() {
           const result = yield* options.run(hold)
-          const settled = yield* ledger.settle(hold.id, options.cost(result))
+          const cost = options.cost(result)
+          const settled = yield* unknownWhenLost(ledger.settle(hold.id, cost), cost)
           yield* Option.match(settled, {
             // Not pending any more (voided by the sweeper): nothing was taken.
             onNone: () => creditHeaders(0, null),
@@ -63,12 +69,12 @@ export const chargedAtOnce = (options: { readonly operation: Operation; readonly
     const ledger = yield* Ledger
     const caller = yield* CurrentCaller
     const requestId = yield* RequestId
-    const balances = yield* ledger.charge(caller.accountId, options.amount, {
+    const balances = yield* unknownWhenLost(ledger.charge(caller.accountId, options.amount, {
       operation: options.operation,
       referenceId: options.referenceId ?? null,
       requestId,
       keyId: caller.keyId
-    })
+    }), options.amount)
     yield* creditHeaders(options.amount, balances)
     yield* annotateRequestSpan(SpanAttributes.operation, options.operation)
     yield* annotateRequestSpan(SpanAttributes.creditsCharged, options.amount)

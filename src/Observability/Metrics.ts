@@ -166,10 +166,10 @@ export const recordDatabaseUnavailable = (): void => add(databaseUnavailable({})
 
 const outcomeUnknown = counter(
   "hookline_outcome_unknown_total",
-  "Requests answered 503 with their outcome unknown: the connection was lost at COMMIT and the database could not be asked whether it committed."
+  "Requests answered 503 with their outcome unknown: the connection was lost at COMMIT (or while a charge was recorded) and the database could not be asked whether it committed."
 )
 
-/** A request answered 503 with its outcome unknown (its Idempotency-Key stays held). */
+/** A request answered 503 with its outcome unknown (its Idempotency-Key stays held, or its charge may have been taken). */
 export const recordOutcomeUnknown = (): void => add(outcomeUnknown({}), 1)
 
 const rateLimitFallback = gauge(

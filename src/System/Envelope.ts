@@ -13,9 +13,9 @@ import { Cause, Config, Duration, Effect, Option, type Types } from "effect"
 import { HttpEffect, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import * as SchemaIssue from "effect/SchemaIssue"
-import { InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
+import { ChargeOutcomeUnknown, InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
-import { recordDatabaseUnavailable } from "../Observability/Metrics.js"
+import { recordDatabaseUnavailable, recordOutcomeUnknown } from "../Observability/Metrics.js"
 import { isDatabaseUnavailable } from "../Sql.js"
 import { ApiErrors } from "./ApiErrors.js"
 import { isNulCharacterRefusal, isStatementCancelled, nulCharacterRefused } from "./InputGuards.js"
@@ -117,6 +117,13 @@ const fromDefect = (defect: unknown, cause: Cause.Cause<unknown>): Effect.Effect
       : Effect.fail(new ValidationFailed({ message: describeDecodeError(defect) }))
   }
   if (isNulCharacterRefusal(defect)) return Effect.fail(nulCharacterRefused)
+  if (defect instanceof ChargeOutcomeUnknown) {
+    recordOutcomeUnknown()
+    return noteDatabaseUnavailable(cause).pipe(
+      Effect.andThen(Effect.logWarning("a charge's outcome is unknown: the connection was lost while it was recorded")),
+      Effect.andThen(Effect.fail(new ServiceUnavailable({ message: defect.message })))
+    )
+  }
   if (isDatabaseUnavailable(defect)) return noteDatabaseUnavailable(cause).pipe(Effect.andThen(Effect.fail(databaseUnavailable)))
   if (isStatementCancelled(defect)) {
     return Effect.logWarning("a statement was cancelled by the database (DB_STATEMENT_TIMEOUT)").pipe(

@@ -13,9 +13,13 @@ export interface Answer {
   readonly status: number
   readonly retryAfter: string | null
   readonly errorType: string | null
+  readonly errorMessage: string | null
   readonly startedAt: number
   readonly durationMs: number
   readonly path: string
+  /** X-Credits-Charged (0 when absent) and X-Request-Id (null without an answer). */
+  readonly charged: number
+  readonly requestId: string | null
 }
 
 /** The requests a client cycles through: a metered list (reserve → settle), a wallet read, a metered search. */
@@ -28,16 +32,29 @@ const ask = async (url: string, key: string, path: string, timeoutMs: number): P
     const response = await fetch(url + path, { headers: { authorization: `Bearer ${key}` }, signal: AbortSignal.timeout(timeoutMs) })
     const text = await response.text()
     let errorType: string | null = null
+    let errorMessage: string | null = null
     if (response.status >= 400) {
       try {
-        errorType = (JSON.parse(text) as { error?: { type?: string } }).error?.type ?? null
+        const error = (JSON.parse(text) as { error?: { type?: string; message?: string } }).error
+        errorType = error?.type ?? null
+        errorMessage = error?.message ?? null
       } catch {
         errorType = null
       }
     }
-    return { status: response.status, retryAfter: response.headers.get("retry-after"), errorType, startedAt, durationMs: performance.now() - started, path }
+    return {
+      status: response.status,
+      retryAfter: response.headers.get("retry-after"),
+      errorType,
+      errorMessage,
+      startedAt,
+      durationMs: performance.now() - started,
+      path,
+      charged: Number(response.headers.get("x-credits-charged") ?? 0),
+      requestId: response.headers.get("x-request-id")
+    }
   } catch {
-    return { status: 0, retryAfter: null, errorType: null, startedAt, durationMs: performance.now() - started, path }
+    return { status: 0, retryAfter: null, errorType: null, errorMessage: null, startedAt, durationMs: performance.now() - started, path, charged: 0, requestId: null }
   }
 }
 
@@ -128,5 +145,32 @@ export const checkLedger = async (db: Pg.Pool): Promise<LedgerCheck> => {
     unequal: wallets.rows[0].unequal,
     pendingPastExpiry: holds.rows[0].past,
     pending: holds.rows[0].pending
+  }
+}
+
+/**
+ * What the answers said they charged against what the journal took, request by request (a hold's
+ * reserve less its release, or a charge taken at once), for the given accounts. A request the
+ * journal took from that no answer accounts for had an unknown outcome for its client: no HTTP
+ * answer at all, or a 503 that says the outcome is unknown.
+ */
+export const chargesAgainstJournal = async (db: Pg.Pool, accountIds: ReadonlyArray<string>, answers: ReadonlyArray<Answer>) => {
+  const { rows } = await db.query<{ request_id: string | null; taken: number }>(
+    `SELECT request_id, (-sum(amount))::int AS taken FROM credit_journal
+      WHERE account_id = ANY($1) AND entry_type IN ('reserve', 'release') GROUP BY request_id`,
+    [accountIds]
+  )
+  const taken = new Map(rows.map((row) => [row.request_id, row.taken]))
+  const answered = new Map(answers.filter((answer) => answer.requestId !== null).map((answer) => [answer.requestId, answer]))
+  const mismatched = answers.filter((answer) => answer.status === 200 && (taken.get(answer.requestId) ?? 0) !== answer.charged)
+  const charged503 = answers.filter((answer) => answer.status === 503 && answer.charged !== 0)
+  const unaccounted = rows.filter((row) => row.taken !== 0 && (row.request_id === null || !answered.has(row.request_id) ||
+    answered.get(row.request_id)?.status !== 200))
+  return {
+    answeredCharges: answers.reduce((sum, answer) => sum + (answer.status === 200 ? answer.charged : 0), 0),
+    journalTaken: rows.reduce((sum, row) => sum + row.taken, 0),
+    mismatched,
+    charged503,
+    unaccounted
   }
 }
