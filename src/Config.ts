@@ -3,7 +3,7 @@
  * contract's values as defaults. Each area keeps its own settings beside its code
  * (Ledger/Config.ts, Predictions/Config.ts, ...); this file holds what the whole server shares.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schema, SchemaIssue } from "effect"
 import { randomBytes } from "node:crypto"
 import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
@@ -40,6 +40,25 @@ export const ServerConfig = Config.all({
   demoCatalogSize: Config.Int("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))
 })
 export type ServerConfig = Config.Success<typeof ServerConfig>
+
+/**
+ * Several server processes from one command (src/System/Supervisor.ts). WEB_CONCURRENCY is the
+ * number of processes; above 1, `bun src/main.ts` supervises that many children on one port.
+ */
+export const ProcessesConfig = Config.all({
+  processes: Config.Int("WEB_CONCURRENCY").pipe(
+    Config.withDefault(1),
+    Config.mapEffect((n) =>
+      n >= 1 ? Effect.succeed(n) : Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: "WEB_CONCURRENCY must be at least 1" })))))
+  ),
+  /** The wait before a child that died is replaced; doubled at each death in a row, up to the max. */
+  restartDelay: Config.Duration("WEB_RESTART_DELAY").pipe(Config.withDefault(Duration.seconds(1))),
+  /** The longest wait before a replacement; a child that lived this long resets the wait. */
+  restartMaxDelay: Config.Duration("WEB_RESTART_MAX_DELAY").pipe(Config.withDefault(Duration.seconds(30))),
+  /** Set by the supervisor on each child (0 … N-1): the child listens with SO_REUSEPORT. Not an operator setting. */
+  processIndex: Config.option(Config.Int("HOOKLINE_PROCESS_INDEX"))
+})
+export type ProcessesConfig = Config.Success<typeof ProcessesConfig>
 
 /** The address clients reach this server on (upload links are built from it). */
 export const publicBaseUrl = (config: ServerConfig): string =>

@@ -1,4 +1,4 @@
-/** Start: config → database (migrated) → services → HTTP server + background fibers. */
+/** One server process: config → database (migrated) → services → HTTP server + background fibers. */
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Data, Effect, Exit, Layer, Option, Runtime } from "effect"
 import { rmSync, writeFileSync } from "node:fs"

@@ -15,15 +15,18 @@
  * Everything else (request id, admission, limits, envelope, access log, metrics) is the
  * pipeline's (src/System/Pipeline.ts), a global middleware of the router.
  */
-import { Config, Context, Data, Duration, Effect, Layer, Result, type Scope } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Result, type Scope } from "effect"
 import { HttpEffect, HttpServer, type HttpServerRequest } from "effect/http"
 import * as NetAddress from "effect/net/NetAddress"
 import { NodeHttpServer } from "@effect/platform-node"
-import { ServerConfig } from "../Config.js"
+import { ProcessesConfig, ServerConfig } from "../Config.js"
 import { Sampling } from "../Observability/Sampling.js"
 import { pathOnly } from "../Observability/Routes.js"
 import { webEnvelope } from "./Envelope.js"
+import { ServerStartFailed } from "./Listen.js"
 import { ShutdownGate } from "./Shutdown.js"
+
+export { ServerStartFailed } from "./Listen.js"
 
 /** The client's address as Bun saw the connection (127.0.0.2 from a client bound there). */
 export const ClientAddress = Context.Reference<string>("hookline/ClientAddress", { defaultValue: () => "unknown" })
@@ -36,16 +39,6 @@ export const BodyRefusal = Context.Reference<"too large" | "broken" | null>("hoo
 /** Routes whose bodies are streamed and bounded by their own limits, not the JSON limit. */
 export const streamedBodyRoutes = [/^\/uploads\//, /^\/admin\/catalog\/hooks\/?$/]
 
-/** Bun could not listen: the message names the port, and PORT when another process holds it. */
-export class ServerStartFailed extends Data.TaggedError("ServerStartFailed")<{ readonly port: number; readonly cause: unknown }> {
-  override get message() {
-    if ((this.cause as { code?: unknown } | null)?.code === "EADDRINUSE") {
-      return `Port ${this.port} is in use (another Hookline or another program listens on it): stop that process, or choose another port with PORT, e.g. PORT=${this.port + 1} npm start`
-    }
-    return `Could not listen on port ${this.port}: ${this.cause instanceof Error ? this.cause.message : String(this.cause)}`
-  }
-}
-
 /** The answer while the port is held but the app is not served: before the database is open, and while stopping. */
 const notServing = () => webEnvelope(503, "service_unavailable", "Hookline is starting or stopping; retry in a moment.", { "retry-after": "1" })
 
@@ -55,6 +48,8 @@ export interface ServeOptions {
   /** Bun's own cap on any body: above the largest upload; each route enforces its own limit. */
   readonly maxRequestBodySize: number
   readonly idleTimeout: number
+  /** SO_REUSEPORT: set on the children of a supervisor (WEB_CONCURRENCY > 1), which share the port. */
+  readonly reusePort?: boolean
 }
 
 /**
@@ -126,6 +121,7 @@ const make = (options: ServeOptions) =>
           hostname: options.hostname,
           maxRequestBodySize: options.maxRequestBodySize,
           idleTimeout: options.idleTimeout,
+          reusePort: options.reusePort ?? false,
           fetch: async (request, bun) => {
             if (handlers === null) return notServing()
             const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
@@ -179,9 +175,15 @@ export const layer = (options: ServeOptions) =>
 export const layerLoopback = (maxRequestBodySize = 300 * 1024 * 1024) =>
   layer({ port: 0, hostname: "127.0.0.1", maxRequestBodySize, idleTimeout: 60 })
 
-/** The server on PORT and HOST. */
+/** The server on PORT and HOST; sharing the port with its siblings when a supervisor started it. */
 export const layerFromConfig = Layer.unwrap(
-  Effect.map(Config.all({ config: ServerConfig }), ({ config }) =>
-    layer({ port: config.port, hostname: config.host, maxRequestBodySize: 300 * 1024 * 1024, idleTimeout: 60 })
+  Effect.map(Config.all({ config: ServerConfig, processes: ProcessesConfig }), ({ config, processes }) =>
+    layer({
+      port: config.port,
+      hostname: config.host,
+      maxRequestBodySize: 300 * 1024 * 1024,
+      idleTimeout: 60,
+      reusePort: Option.isSome(processes.processIndex)
+    })
   )
 )

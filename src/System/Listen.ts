@@ -1,0 +1,12 @@
+/** Why a server could not take its port, in words that say what to do. */
+import { Data } from "effect"
+
+/** Bun could not listen: the message names the port, and PORT when another process holds it. */
+export class ServerStartFailed extends Data.TaggedError("ServerStartFailed")<{ readonly port: number; readonly cause: unknown }> {
+  override get message() {
+    if ((this.cause as { code?: unknown } | null)?.code === "EADDRINUSE") {
+      return `Port ${this.port} is in use (another Hookline or another program listens on it): stop that process, or choose another port with PORT, e.g. PORT=${this.port + 1} npm start`
+    }
+    return `Could not listen on port ${this.port}: ${this.cause instanceof Error ? this.cause.message : String(this.cause)}`
+  }
+}
