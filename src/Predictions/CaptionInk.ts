@@ -119,7 +119,7 @@ const GLYPH_EDGE = 0.75
 const glyphsOnly = (ink: Uint8Array, picture: Picture, polarity: Polarity) => {
   const { width, height, pixels } = picture
   const maxSide = Math.min(width, height) * GLYPH_SHARE
-  const edgeContrast = (polarity === "light" ? 1 : -1) * INK_CONTRAST / 2
+  const [sign, contrast] = [polarity === "light" ? 1 : -1, INK_CONTRAST / 2]
   const seen = new Uint8Array(ink.length)
   const stack = new Int32Array(ink.length)
   const piece: Array<number> = []
@@ -134,11 +134,12 @@ const glyphsOnly = (ink: Uint8Array, picture: Picture, polarity: Polarity) => {
       piece.push(at)
       const [x, y] = [at % width, Math.floor(at / width)]
       top = Math.min(top, y), bottom = Math.max(bottom, y), left = Math.min(left, x), right = Math.max(right, x)
-      for (const next of [x > 0 ? at - 1 : -1, x < width - 1 ? at + 1 : -1, at - width, at + width]) {
+      for (let side = 0; side < 4; side++) {
+        const next = side === 0 ? (x > 0 ? at - 1 : -1) : side === 1 ? (x < width - 1 ? at + 1 : -1) : side === 2 ? at - width : at + width
         if (next < 0 || next >= ink.length) continue
         if (ink[next] === 0) {
           edges++
-          if ((pixels[at] - pixels[next]) * Math.sign(edgeContrast) >= Math.abs(edgeContrast)) standsOut++
+          if ((pixels[at] - pixels[next]) * sign >= contrast) standsOut++
           continue
         }
         if (seen[next] === 1) continue
@@ -152,15 +153,25 @@ const glyphsOnly = (ink: Uint8Array, picture: Picture, polarity: Polarity) => {
   }
 }
 
+const surroundingsOf = new WeakMap<Picture, { readonly darkest: Uint8Array; readonly brightest: Uint8Array }>()
+
+/** The darkest and brightest pixel around each pixel, computed once a picture for both polarities. */
+const surroundings = (picture: Picture) => {
+  const known = surroundingsOf.get(picture)
+  if (known !== undefined) return known
+  const r = Math.max(2, Math.round(Math.min(picture.width, picture.height) * WINDOW_SHARE / 2))
+  const computed = { darkest: squareFilter(picture, r, lower), brightest: squareFilter(picture, r, higher) }
+  surroundingsOf.set(picture, computed)
+  return computed
+}
+
 /**
  * The ink of one polarity as black (0) on white (255): a pixel at least INK_CONTRAST brighter
  * (light) or darker (dark) than the darkest (brightest) pixel around it, and past the middle
  * between the darkest and the brightest; then only the pieces of it the size of a glyph.
  */
 export const inkOf = (picture: Picture, polarity: Polarity): Picture => {
-  const r = Math.max(2, Math.round(Math.min(picture.width, picture.height) * WINDOW_SHARE / 2))
-  const darkest = squareFilter(picture, r, lower)
-  const brightest = squareFilter(picture, r, higher)
+  const { brightest, darkest } = surroundings(picture)
   const ink = new Uint8Array(picture.pixels.length)
   for (let i = 0; i < ink.length; i++) {
     const value = picture.pixels[i]
