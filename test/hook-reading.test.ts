@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { ConfigProvider, Effect, Layer } from "effect"
 import { join } from "node:path"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
-import { agreedCategory, queryWords, rankNeighbours } from "../src/Predictions/HookNeighbours.js"
+import { agreedCategory, neighboursBy, queryWords, rankNeighbours } from "../src/Predictions/HookNeighbours.js"
 import { mergeReadings, wordsOf } from "../src/Predictions/HookText.js"
 import { ClipScorer } from "../src/Predictions/Scorer.js"
 import { type CaptionClipOptions, captionClipDir, makeCaptionClip } from "./support/captionClips.js"
@@ -166,6 +166,20 @@ describe("merging readings and the category rule", () => {
   test("an upright bar among words is the word I, and one-letter words are kept a little under the threshold", () => {
     expect(mergeReadings([[[word("How"), word("|", 80), word("paid")]]], 0.6)?.text).toBe("How I paid")
     expect(mergeReadings([[[word("How"), word("I", 50), word("a", 45), word("xq", 55)]]], 0.6)?.text).toBe("How I a")
+  })
+
+  test("a hook sharing two common words is found, though neither word's first page holds it", async () => {
+    const filler = (word: string, n: number) =>
+      Array.from({ length: n }, (_, i) => ({ id: `hook_${word}${i}`, text: `${word} tip number ${i}`, category: "fitness" }))
+    const target = { id: "hook_target", text: "Why your squat gains stall", category: "fitness" }
+    const catalog = [...filler("squat", 120), ...filler("gains", 120), target]
+    // The catalog's search: hooks holding every word of the query, 50 a page.
+    const search = (query: string) => {
+      const found = catalog.filter((hook) => query.split(" ").every((word) => queryWords(hook.text).includes(word)))
+      return Effect.succeed({ hooks: found.slice(0, 50), more: found.length > 50 })
+    }
+    const neighbours = await Effect.runPromise(neighboursBy(search, "3 mistakes killing your squat gains"))
+    expect(neighbours.similar[0]).toEqual(target)
   })
 
   test("a caption revealed word by word keeps its whole form", () => {
