@@ -13,7 +13,7 @@ import { Cause, Config, Duration, Effect, Option, type Types } from "effect"
 import { HttpEffect, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import * as SchemaIssue from "effect/SchemaIssue"
-import { ChargeOutcomeUnknown, InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
+import { ChargeOutcomeUnknown, errorCodes, type ErrorTag, InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordDatabaseUnavailable, recordOutcomeUnknown } from "../Observability/Metrics.js"
 import { isDatabaseUnavailable } from "../Sql.js"
@@ -68,10 +68,13 @@ const databaseUnavailable = new ServiceUnavailable({
   message: "The database cannot be reached right now (a restart or failover); the request was not completed. Retry in a moment (see Retry-After)."
 })
 
-/** The Retry-After of every 503: how soon a client may try again (a database restart takes seconds). */
-const RetryAfterConfig = Config.Duration("UNAVAILABLE_RETRY_AFTER").pipe(Config.withDefault(Duration.seconds(1)))
+/** The Retry-After of every 503, in whole seconds: how soon a client may try again (a database restart takes seconds). */
+export const UnavailableRetryAfter = Config.Duration("UNAVAILABLE_RETRY_AFTER").pipe(
+  Config.withDefault(Duration.seconds(1)),
+  Config.map((delay) => String(Math.max(1, Math.ceil(Duration.toSeconds(delay)))))
+)
 
-const retryAfterValue = Effect.map(RetryAfterConfig, (delay) => String(Math.max(1, Math.ceil(Duration.toSeconds(delay)))))
+const retryAfterValue: Effect.Effect<string, Config.ConfigError> = UnavailableRetryAfter
 
 /** Adds Retry-After to the answer of the request this fiber serves. */
 const addRetryAfter = Effect.flatMap(retryAfterValue, (seconds) =>
@@ -174,8 +177,10 @@ export const ApiErrorsLive = ApiErrors.of((httpEffect, { endpoint }) =>
 )
 
 /** The envelope as the framework's response, for answers given before or beside any endpoint. */
-export const envelopeResponse = (status: number, type: string, message: string, requestId: string, headers: Record<string, string> = {}) =>
-  HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, { status, headers })
+export const envelopeResponse = (error: ErrorTag, message: string, requestId: string, headers: Record<string, string> = {}) => {
+  const { type, status } = errorCodes[error]
+  return HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, { status, headers })
+}
 
 /** The envelope as a web Response, for the few answers given outside Effect (the Bun adapter, the metrics listener). */
 export const webEnvelope = (status: number, type: string, message: string, headers: Record<string, string> = {}): Response => {
@@ -194,22 +199,15 @@ export const answerCause = <E>(
   if (Option.isSome(failure)) {
     const error: unknown = failure.value
     if (HttpServerError.isHttpServerError(error) && error.reason._tag === "RouteNotFound") {
-      return Effect.succeed(envelopeResponse(404, "not_found", noRouteMessage(request.method, request.url), requestId))
+      return Effect.succeed(envelopeResponse("NotFound", noRouteMessage(request.method, request.url), requestId))
     }
   }
   const defect = Cause.findDefect(cause)
   const reason = defect._tag === "Success" ? defect.success : Option.getOrUndefined(failure)
   return fromDefect(reason, cause).pipe(
     Effect.catch((error) => {
-      const [status, type] = error._tag === "ValidationFailed"
-        ? [422, "validation_error"]
-        : error._tag === "UnsupportedMediaType"
-        ? [415, "unsupported_media_type"]
-        : error._tag === "ServiceUnavailable"
-        ? [503, "service_unavailable"]
-        : [500, "internal_error"]
-      const response = envelopeResponse(status, type, error.message, requestId)
-      return status === 503
+      const response = envelopeResponse(error._tag, error.message, requestId)
+      return error._tag === "ServiceUnavailable"
         ? Effect.map(retryAfterValue, (seconds) => HttpServerResponse.setHeader(response, "retry-after", seconds)).pipe(Effect.orDie)
         : Effect.succeed(response)
     })

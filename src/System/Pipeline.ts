@@ -20,14 +20,14 @@
 import { Config, Context, Effect, Exit, LogLevel, Option, References, type Types } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { ServerConfig } from "../Config.js"
-import { RequestId } from "../Errors.js"
+import { type ErrorTag, RequestId } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordRequestNow } from "../Observability/Metrics.js"
 import { pathOnly, publicPath, unmatchedRoute } from "../Observability/Routes.js"
 import { Sampling } from "../Observability/Sampling.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
 import { ClientAddressConfig, makeClientAddress } from "./ClientAddress.js"
-import { answerCause, envelopeResponse } from "./Envelope.js"
+import { answerCause, envelopeResponse, UnavailableRetryAfter } from "./Envelope.js"
 import { HeaderLimitConfig, hasControlCharacterInPath, requestHeadBytesAtMost } from "./InputGuards.js"
 import { BodyRefusal, ClientAddress, streamedBodyRoutes } from "./Server.js"
 import { ShutdownGate } from "./Shutdown.js"
@@ -37,14 +37,15 @@ const incomingRequestId = /^[A-Za-z0-9_.:-]{1,128}$/
 const PipelineConfig = Config.all({
   headLimit: HeaderLimitConfig,
   clientAddress: ClientAddressConfig,
-  maxJsonBodyBytes: Config.map(ServerConfig, (config) => config.maxJsonBodyBytes)
+  maxJsonBodyBytes: Config.map(ServerConfig, (config) => config.maxJsonBodyBytes),
+  retryAfter: UnavailableRetryAfter
 })
 
-/** An answer the pipeline gives itself, in the contract's envelope. */
-const refusal = (status: number, type: string, message: string, requestId: string, close: boolean) =>
-  envelopeResponse(status, type, message, requestId, {
+/** An answer the pipeline gives itself, in the contract's envelope (a 503 with the one Retry-After). */
+const refusal = (error: ErrorTag, message: string, requestId: string, close: boolean, retryAfter: string) =>
+  envelopeResponse(error, message, requestId, {
     ...(close ? { "connection": "close" } : {}),
-    ...(status === 503 ? { "retry-after": "1" } : {})
+    ...(error === "ServiceUnavailable" ? { "retry-after": retryAfter } : {})
   })
 
 type App = Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled>
@@ -53,21 +54,21 @@ export const RequestPipelineLive = HttpRouter.middleware(
   Effect.gen(function*() {
     const gate = yield* ShutdownGate
     const sampling = yield* Sampling
-    const { clientAddress, headLimit, maxJsonBodyBytes } = yield* PipelineConfig
+    const { clientAddress, headLimit, maxJsonBodyBytes, retryAfter } = yield* PipelineConfig
     const clientOf = makeClientAddress(clientAddress)
 
     /** The refusals that come before routing, or null when the request may go on. */
     const guard = (request: HttpServerRequest.HttpServerRequest, path: string, refused: string | null, requestId: string) => {
       if (!requestHeadBytesAtMost(request.method, request.url, request.headers, headLimit)) {
-        return refusal(431, "headers_too_large", `The request line and headers are larger than ${headLimit} bytes.`, requestId, true)
+        return refusal("HeadersTooLarge", `The request line and headers are larger than ${headLimit} bytes.`, requestId, true, retryAfter)
       }
       if (hasControlCharacterInPath(path)) {
-        return refusal(404, "not_found", "No resource has a path with control characters or broken percent-encoding.", requestId, false)
+        return refusal("NotFound", "No resource has a path with control characters or broken percent-encoding.", requestId, false, retryAfter)
       }
       const tooLarge = () =>
-        refusal(413, "payload_too_large", `The request body is larger than ${maxJsonBodyBytes} bytes.`, requestId, true)
+        refusal("PayloadTooLarge", `The request body is larger than ${maxJsonBodyBytes} bytes.`, requestId, true, retryAfter)
       if (refused === "too large") return tooLarge()
-      if (refused === "broken") return refusal(422, "validation_error", "request: the body broke off before its end", requestId, true)
+      if (refused === "broken") return refusal("ValidationFailed", "request: the body broke off before its end", requestId, true, retryAfter)
       const declared = request.headers["content-length"]
       if (declared !== undefined && Number(declared) > maxJsonBodyBytes && !streamedBodyRoutes.some((route) => route.test(path))) {
         return tooLarge()
@@ -89,7 +90,7 @@ export const RequestPipelineLive = HttpRouter.middleware(
 
         let answer: Effect.Effect<HttpServerResponse.HttpServerResponse, Types.unhandled>
         if (!gate.enter(fiber)) {
-          answer = Effect.succeed(refusal(503, "service_unavailable", "The server is shutting down; retry the request.", requestId, true))
+          answer = Effect.succeed(refusal("ServiceUnavailable", "The server is shutting down; retry the request.", requestId, true, retryAfter))
         } else {
           const refused = guard(request, path, fiber.getRef(BodyRefusal), requestId)
           answer = refused !== null ? Effect.succeed(refused) : annotateRequestSpan(SpanAttributes.requestId, requestId).pipe(
