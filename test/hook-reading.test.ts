@@ -163,9 +163,9 @@ describe("merging readings and the category rule", () => {
     expect(mergeReadings([[line("Stop"), [word("ghost", 20)]]], 0.6)?.text).toBe("Stop")
   })
 
-  test("an upright bar among words is the word I, and one-letter words are kept a little under the threshold", () => {
+  test("an upright bar among words is the word I, which is kept a little under the threshold", () => {
     expect(mergeReadings([[[word("How"), word("|", 80), word("paid")]]], 0.6)?.text).toBe("How I paid")
-    expect(mergeReadings([[[word("How"), word("I", 50), word("a", 45), word("xq", 55)]]], 0.6)?.text).toBe("How I a")
+    expect(mergeReadings([[[word("How"), word("I", 50), word("a", 45), word("xq", 55)]]], 0.6)?.text).toBe("How I")
   })
 
   test("a hook sharing two common words is found, though neither word's first page holds it", async () => {

@@ -50,14 +50,14 @@ const meanConfidence = (caption: Caption) => caption.confidenceSum / caption.cou
 const asWord = (word: ReadWord): ReadWord => (word.text === "|" ? { ...word, text: "I" } : word)
 
 /**
- * The one-letter words "I" and "a" are read with less confidence than longer words (an upright
- * bar could be l, 1 or |): they are kept from this much under the threshold (0..100).
+ * The word "I" is read with less confidence than longer words (an upright bar could be l, 1 or
+ * |): it is kept from this much under the threshold (0..100).
  */
 const oneLetterAllowance = 20
 
 const isConfidentWord = (word: ReadWord, minConfidence: number) =>
   isWord(word.text) &&
-  word.confidence >= minConfidence * 100 - (/^[IAa]$/.test(word.text) ? oneLetterAllowance : 0)
+  word.confidence >= minConfidence * 100 - (word.text === "I" ? oneLetterAllowance : 0)
 
 /** A frame's caption: the confident words of its lines, in reading order; null when none is left. */
 export const captionOf = (frame: FrameReading, minConfidence: number): Caption | null => {
