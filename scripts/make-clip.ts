@@ -4,12 +4,13 @@
  * clean and two runs, or two users of one machine, never write the same file).
  *
  * Six seconds of 360x640 H.264 with a tone: a moving test pattern, a hard cut at 1.2 s to a
- * darker shot. Made with the filters the npm-bundled ffmpeg has, so no system ffmpeg is needed
+ * darker shot, and a hook burned in as a caption (white with a black outline, in the repository's
+ * DejaVu font) so the prediction shows hook_text, a category and similar hooks. Made with the filters the npm-bundled ffmpeg has, so no system ffmpeg is needed
  * (FFMPEG_PATH, then an ffmpeg on PATH, are used first when there is one, as the scorer does).
  */
 import ffmpegInstaller from "@ffmpeg-installer/ffmpeg"
 import { randomBytes } from "node:crypto"
-import { statSync } from "node:fs"
+import { rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 
@@ -23,6 +24,10 @@ const output = requested === undefined
   : resolve(callerDirectory, requested)
 
 const size = "360x640"
+const caption = "Stop scrolling if you\nhate meal prep"
+const font = join(import.meta.dir, "..", "test", "support", "fonts", "DejaVuSans-Bold.ttf")
+const captionFile = `${output}.caption.txt`
+writeFileSync(captionFile, caption)
 const fps = 25
 const cutSec = 1.2
 const durationSec = 6
@@ -32,16 +37,19 @@ const child = Bun.spawn([
   "-f", "lavfi", "-i", `testsrc2=size=${size}:rate=${fps}:duration=${cutSec}`,
   "-f", "lavfi", "-i", `mandelbrot=size=${size}:rate=${fps}`,
   "-f", "lavfi", "-i", `sine=frequency=440:sample_rate=48000:duration=${durationSec}`,
-  "-filter_complex", `[1:v]trim=duration=${durationSec - cutSec},setpts=PTS-STARTPTS[b];[0:v][b]concat=n=2:v=1[v]`,
+  "-filter_complex", `[1:v]trim=duration=${durationSec - cutSec},setpts=PTS-STARTPTS[b];[0:v][b]concat=n=2:v=1,` +
+    `drawtext=fontfile=${font}:textfile=${captionFile}:fontsize=26:fontcolor=white:borderw=2:bordercolor=black:` +
+    `line_spacing=6:x=(w-tw)/2:y=h*0.3[v]`,
   "-map", "[v]", "-map", "2:a",
   "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "96k",
   "-movflags", "+faststart", output
 ], { stdin: "ignore", stdout: "ignore", stderr: "pipe" })
 
 const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited])
+rmSync(captionFile, { force: true })
 if (code !== 0) {
   process.stderr.write(`ffmpeg (${ffmpeg}) could not make the clip:\n${stderr}`)
   process.exit(1)
 }
-process.stderr.write(`a ${durationSec} s ${size} clip with a cut at ${cutSec} s, ${statSync(output).size} bytes:\n`)
+process.stderr.write(`a ${durationSec} s ${size} clip with a cut at ${cutSec} s and the caption "${caption.replace("\n", " ")}", ${statSync(output).size} bytes:\n`)
 process.stdout.write(`${output}\n`)
