@@ -183,7 +183,8 @@ export const envelopeResponse = (error: ErrorTag, message: string, requestId: st
 }
 
 /** The envelope as a web Response, for the few answers given outside Effect (the Bun adapter, the metrics listener). */
-export const webEnvelope = (status: number, type: string, message: string, headers: Record<string, string> = {}): Response => {
+export const webEnvelope = (error: ErrorTag, message: string, headers: Record<string, string> = {}): Response => {
+  const { type, status } = errorCodes[error]
   const requestId = newId("req")
   return Response.json({ error: { type, message, request_id: requestId } }, { status, headers: { ...headers, "x-request-id": requestId } })
 }

@@ -50,10 +50,10 @@ export const MetricsListenerLive = Layer.effectDiscard(
           hostname: host,
           fetch: async (request) => {
             if (request.method !== "GET" || new URL(request.url).pathname !== "/metrics") {
-              return webEnvelope(404, "not_found", "Only GET /metrics is served on this port.")
+              return webEnvelope("NotFound", "Only GET /metrics is served on this port.")
             }
             if (Option.isSome(token) && !bearerMatches(request.headers.get("authorization"), token.value)) {
-              return webEnvelope(401, "invalid_api_key", tokenRefused)
+              return webEnvelope("InvalidApiKey", tokenRefused)
             }
             return new Response(await runScrape(metrics.scrape), { headers: { "content-type": prometheusContentType } })
           }

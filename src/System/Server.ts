@@ -22,7 +22,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { ProcessesConfig, ServerConfig } from "../Config.js"
 import { Sampling } from "../Observability/Sampling.js"
 import { pathOnly } from "../Observability/Routes.js"
-import { webEnvelope } from "./Envelope.js"
+import { UnavailableRetryAfter, webEnvelope } from "./Envelope.js"
 import { ServerStartFailed } from "./Listen.js"
 import { ShutdownGate } from "./Shutdown.js"
 
@@ -40,7 +40,8 @@ export const BodyRefusal = Context.Reference<"too large" | "broken" | null>("hoo
 export const streamedBodyRoutes = [/^\/uploads\//, /^\/admin\/catalog\/hooks\/?$/]
 
 /** The answer while the port is held but the app is not served: before the database is open, and while stopping. */
-const notServing = () => webEnvelope(503, "service_unavailable", "Hookline is starting or stopping; retry in a moment.", { "retry-after": "1" })
+const notServing = (retryAfter: string) =>
+  webEnvelope("ServiceUnavailable", "Hookline is starting or stopping; retry in a moment.", { "retry-after": retryAfter })
 
 export interface ServeOptions {
   readonly port: number
@@ -99,7 +100,8 @@ const withHangUpGrace = (request: Request, graceMs: number): Request => {
 
 const make = (options: ServeOptions) =>
   Effect.gen(function*() {
-    const { maxJsonBodyBytes, dbCancelGrace } = yield* ServerConfig
+    const { maxJsonBodyBytes, dbCancelGrace, shutdownFlushTimeout } = yield* ServerConfig
+    const retryAfter = yield* UnavailableRetryAfter
     const graceMs = Duration.toMillis(dbCancelGrace)
     const sampling = yield* Sampling
     /** The app's handlers, once served: one for sampled requests, one with the tracer off for the rest. */
@@ -123,7 +125,7 @@ const make = (options: ServeOptions) =>
           idleTimeout: options.idleTimeout,
           reusePort: options.reusePort ?? false,
           fetch: async (request, bun) => {
-            if (handlers === null) return notServing()
+            if (handlers === null) return notServing(retryAfter)
             const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
             const handler = sampling.sampled(path, request.headers.get("traceparent")) ? handlers.traced : handlers.untraced
             const context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
@@ -138,7 +140,13 @@ const make = (options: ServeOptions) =>
         }),
       catch: (cause) => new ServerStartFailed({ port: options.port, cause })
     })
-    yield* Effect.addFinalizer(() => Effect.sync(() => server.stop()))
+    // Stops listening, then waits for the answers already handed to Bun to be written (a process
+    // that exits first resets those connections), for at most SHUTDOWN_FLUSH_TIMEOUT.
+    yield* Effect.addFinalizer(() =>
+      Effect.promise(() => server.stop()).pipe(
+        Effect.timeoutOrElse({ duration: shutdownFlushTimeout, orElse: () => Effect.promise(() => server.stop(true)) })
+      )
+    )
 
     const port = server.port ?? options.port
     // A host name (not an address) is reported as the unspecified address it listens on.
