@@ -35,6 +35,8 @@ export const ServerConfig = Config.all({
   dbPipeline: Config.Boolean("DB_PIPELINE").pipe(Config.withDefault(true)),
   /** How long a request whose client hung up may still run before it is interrupted (src/System/Server.ts). */
   dbCancelGrace: Config.Duration("DB_CANCEL_GRACE").pipe(Config.withDefault(Duration.millis(100))),
+  /** At shutdown, how long the server waits for the answers of drained requests to be written before closing their connections. */
+  shutdownFlushTimeout: Config.Duration("SHUTDOWN_FLUSH_TIMEOUT").pipe(Config.withDefault(Duration.seconds(5))),
   maxJsonBodyBytes: Config.Int("MAX_JSON_BODY_BYTES").pipe(Config.withDefault(64 * 1024)),
   seedDemo: Config.Boolean("SEED_DEMO").pipe(Config.withDefault(true)),
   demoCatalogSize: Config.Int("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))
