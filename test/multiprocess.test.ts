@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import Pg from "pg"
-import { adminClient, type Deployment, deployment, type ServerProcess, smallClip, spawnServer, submitClip } from "./support/process.js"
+import { adminClient, type Deployment, deployment, importWordCatalog, type ServerProcess, smallClip, spawnServer, submitClip } from "./support/process.js"
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
 import { createDatabase, dropDatabase, type HookPage, ledgerState, testPool, type UploadLink } from "./support/server.js"
 
@@ -66,22 +66,7 @@ test("two processes on one database: each job runs once, each delivery attempt i
   const admin = adminClient(a, shared.adminToken)
 
   // A catalog to search: 60 hooks with one word in common, in one category.
-  expect((await b.request("/admin/catalog/categories", { method: "PUT", key: shared.adminToken, body: [{ slug: "fitness", name: "Fitness" }] })).status)
-    .toBe(200)
-  const imported = await a.request("/admin/catalog/hooks", {
-    method: "POST",
-    key: shared.adminToken,
-    rawBody: Array.from({ length: 60 }, (_, i) =>
-      JSON.stringify({
-        text: `${word} hook number ${i}`,
-        platform: "tiktok",
-        source_url: `https://tiktok.example/${word}/${i}`,
-        category: "fitness",
-        published_at: new Date(Date.UTC(2025, 0, 1 + i)).toISOString()
-      })).join("\n"),
-    headers: { "content-type": "application/x-ndjson" }
-  })
-  expect(imported.body).toMatchObject({ inserted: 60, rejected_count: 0 })
+  expect(await importWordCatalog(b, shared.adminToken, word, 60)).toMatchObject({ inserted: 60, rejected_count: 0 })
 
   // Four accounts, each with a webhook, set through the other process.
   const accounts = await Promise.all(Array.from({ length: 4 }, () => admin.account({ monthly_balance: 1_000, topup_balance: 50 })))

@@ -7,7 +7,7 @@
  * likes: the scorer's ffprobe waits until the gate file exists, then runs the real one.
  */
 import { randomBytes } from "node:crypto"
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ffmpegPath, ffprobePath } from "./clips.js"
@@ -36,6 +36,8 @@ export interface ServerProcess {
     readonly body?: unknown
     readonly rawBody?: BodyInit
     readonly headers?: Record<string, string>
+    /** false: a connection of its own, neither taken from nor left in the pool (Bun's fetch `keepalive`). */
+    readonly keepAlive?: boolean
   }) => Promise<TestResponse<T>>
   readonly kill: (signal: "SIGTERM" | "SIGINT" | "SIGKILL") => void
 }
@@ -197,7 +199,7 @@ const spawnMain = async (
       body = JSON.stringify(requestOptions.body)
       headers["content-type"] ??= "application/json"
     }
-    const response = await fetch(url + path, { method: requestOptions.method ?? "GET", headers, body })
+    const response = await fetch(url + path, { method: requestOptions.method ?? "GET", headers, body, keepalive: requestOptions.keepAlive ?? true })
     const text = await response.text()
     let parsed: unknown = text
     try {
@@ -302,4 +304,53 @@ export const submitClip = async (server: Pick<ServerProcess, "request">, key: st
   const put = await fetch(link.body.upload_url, { method: "PUT", body: clip, headers: { "content-type": "video/mp4" } })
   if (put.status !== 200) throw new Error(`upload PUT: ${put.status} ${await put.text()}`)
   return { predictionId: link.body.prediction_id, uploadId: link.body.upload_id }
+}
+
+/** `count` free loopback ports in a row (a supervisor gives its child i METRICS_PORT + i). */
+export const freeConsecutivePorts = (count: number): number => {
+  for (;;) {
+    const first = freePort()
+    const probes: Array<ReturnType<typeof Bun.serve>> = []
+    try {
+      for (let i = 0; i < count; i++) probes.push(Bun.serve({ port: first + i, hostname: "127.0.0.1", fetch: () => new Response() }))
+      return first
+    } catch {
+      // one of the next ports is taken: try elsewhere
+    } finally {
+      for (const probe of probes) probe.stop(true)
+    }
+  }
+}
+
+/** The pids of a process's children (Linux: /proc/<pid>/task/<tid>/children). */
+export const childPids = (pid: number): Array<number> => {
+  const tasks = existsSync(`/proc/${pid}/task`) ? readdirSync(`/proc/${pid}/task`) : []
+  return tasks.flatMap((task) => {
+    const file = `/proc/${pid}/task/${task}/children`
+    const text = existsSync(file) ? readFileSync(file, "utf8").trim() : ""
+    return text === "" ? [] : text.split(/\s+/).map(Number)
+  })
+}
+
+/**
+ * A catalog to search, through the admin API: the category `fitness` and `count` hooks whose
+ * text all share `word` ("<word> hook number <i>"). Returns the import's answer body.
+ */
+export const importWordCatalog = async (server: Pick<ServerProcess, "request">, adminToken: string, word: string, count: number) => {
+  const categories = await server.request("/admin/catalog/categories", { method: "PUT", key: adminToken, body: [{ slug: "fitness", name: "Fitness" }] })
+  if (categories.status !== 200) throw new Error(`categories: ${categories.status} ${JSON.stringify(categories.body)}`)
+  const imported = await server.request("/admin/catalog/hooks", {
+    method: "POST",
+    key: adminToken,
+    rawBody: Array.from({ length: count }, (_, i) =>
+      JSON.stringify({
+        text: `${word} hook number ${i}`,
+        platform: "tiktok",
+        source_url: `https://tiktok.example/${word}/${i}`,
+        category: "fitness",
+        published_at: new Date(Date.UTC(2025, 0, 1 + i)).toISOString()
+      })).join("\n"),
+    headers: { "content-type": "application/x-ndjson" }
+  })
+  return imported.body
 }
