@@ -142,7 +142,7 @@ const naiveSearchSql = `
  * Queries as users send them: a Zipf-like mix where a few common words come up most often.
  * Every pool's first entries weigh more than its last ones.
  */
-const zipfQueries = (count: number): Array<string> => {
+export const zipfQueries = (count: number): Array<string> => {
   const weighted = [
     ...queries.common.map((q, rank) => ({ q, weight: 12 / (rank + 1) })),
     ...queries.multi.map((q, rank) => ({ q, weight: 4 / (rank + 1) })),
