@@ -8,6 +8,7 @@
  * finish what they hold and exits 0. N > 1 refuses the embedded database and a missing REDIS_URL.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test"
+import { readFileSync } from "node:fs"
 import Pg from "pg"
 import {
   adminClient,
@@ -207,6 +208,37 @@ test("SIGTERM to the supervisor: both children finish the requests they hold, th
   const state = await ledgerState(db, account.accountId)
   expect(state.pendingHolds).toBe(0)
   expect(1_000 - state.monthly).toBe(answers.reduce((sum, a) => sum + Number(a.headers.get("x-credits-charged")), 0))
+}, 120_000)
+
+/** The process is gone, or a zombie nobody has reaped yet (an orphan's reaper may be slow). */
+const gone = (pid: number) => {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.startsWith("Z") ?? true
+  } catch {
+    return true
+  }
+}
+
+test("a child whose supervisor is killed (SIGKILL) stops itself: nothing is left serving the port", async () => {
+  const supervisor = await spawnServer({
+    deployment: shared,
+    env: { WEB_CONCURRENCY: "2", REDIS_URL: process.env.REDIS_URL ?? "redis://127.0.0.1:6379", LOG_LEVEL: "info" }
+  })
+  const children = await eventually("two children", () => {
+    const pids = childPids(supervisor.pid)
+    return pids.length === 2 && pids
+  }, 60_000)
+  try {
+    await eventually("both children listening", () => supervisor.output().split("Listening on").length - 1 === 2, 60_000)
+    supervisor.kill("SIGKILL")
+    expect(await supervisor.exited).toBe(137)
+    await eventually("both children stopped", () => children.every(gone), 60_000)
+    expect(await fetch(`${supervisor.url}/healthz`).then((r) => r.status, () => "refused")).toBe("refused")
+    // Each drained as on SIGTERM (its supervisor's channel closed), rather than dying mid-request.
+    expect(supervisor.output().split("Hookline stopped").length - 1).toBe(2)
+  } finally {
+    for (const pid of children) if (!gone(pid)) process.kill(pid, "SIGKILL")
+  }
 }, 120_000)
 
 /** `bun src/main.ts` with `env`, to its exit: its code and everything it printed. */
