@@ -7,9 +7,9 @@
  * likes: the scorer's ffprobe waits until the gate file exists, then runs the real one.
  */
 import { randomBytes } from "node:crypto"
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { chmodSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { tempDir } from "./tempDirs.js"
 import { ffmpegPath, ffprobePath } from "./clips.js"
 import type { AccountBody, ApiKeyBody, Response as TestResponse, UploadLink } from "./server.js"
 
@@ -69,7 +69,7 @@ export interface Deployment {
 export const deployment = (databaseUrl: string): Deployment => ({
   databaseUrl,
   adminToken: `admin_${randomBytes(16).toString("hex")}`,
-  dataDir: mkdtempSync(join(tmpdir(), "hookline-proc-")),
+  dataDir: tempDir("hookline-proc-"),
   cursorSecret: randomBytes(32).toString("base64url"),
   webhookSecretKey: randomBytes(32).toString("base64url")
 })
@@ -263,7 +263,7 @@ export interface GatedProbe {
 
 /** An ffprobe that waits for its gate file before running the real ffprobe. */
 export const gatedProbe = (): GatedProbe => {
-  const dir = mkdtempSync(join(tmpdir(), "hookline-probe-"))
+  const dir = tempDir("hookline-probe-")
   const gate = join(dir, "open")
   const real = ffprobePath
   const path = join(dir, "ffprobe")
@@ -281,7 +281,7 @@ export const gatedProbe = (): GatedProbe => {
 /** One small MP4 (1 s, 160x120, a cut at 0.5 s) made with ffmpeg; returns its bytes. */
 export const smallClip = async (): Promise<Uint8Array<ArrayBuffer>> => {
   const ffmpeg = ffmpegPath
-  const path = join(mkdtempSync(join(tmpdir(), "hookline-clip-")), "clip.mp4")
+  const path = join(tempDir("hookline-clip-"), "clip.mp4")
   const child = Bun.spawn([
     ffmpeg, "-hide_banner", "-v", "error", "-y",
     "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10:duration=0.5",
