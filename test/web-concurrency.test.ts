@@ -5,7 +5,8 @@
  * journal and each wallet equals its journal; a key's rate limit is counted once for both
  * processes; a child killed with SIGKILL is replaced (a new pid, its metrics port back, the API
  * port answering all along) and loses no credit; SIGTERM to the supervisor lets both children
- * finish what they hold and exits 0. N > 1 refuses the embedded database and a missing REDIS_URL.
+ * finish what they hold and exits 0; a supervisor killed with SIGKILL leaves no child serving.
+ * N > 1 refuses the embedded database, a missing REDIS_URL and a taken port, each in one line.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { readFileSync } from "node:fs"
@@ -257,7 +258,7 @@ test("WEB_CONCURRENCY=2 with the embedded database refuses to start, saying to s
     PORT: String(freePort())
   })
   expect(code).toBe(1)
-  expect(output).toContain("the embedded database (no DATABASE_URL) belongs to one process: set DATABASE_URL to a PostgreSQL server they share, or WEB_CONCURRENCY=1")
+  expect(output.split("the embedded database (no DATABASE_URL) belongs to one process: set DATABASE_URL to a PostgreSQL server they share, or WEB_CONCURRENCY=1").length - 1).toBe(1)
   expect(output).not.toContain("Listening on")
 }, 60_000)
 
@@ -270,6 +271,27 @@ test("WEB_CONCURRENCY=2 without REDIS_URL refuses to start, saying rate limits w
     PORT: String(freePort())
   })
   expect(code).toBe(1)
-  expect(output).toContain("without REDIS_URL each counts rate limits alone (a key would get 2 times its limit): set REDIS_URL to a Redis they share, or WEB_CONCURRENCY=1")
+  expect(output.split("without REDIS_URL each counts rate limits alone (a key would get 2 times its limit): set REDIS_URL to a Redis they share, or WEB_CONCURRENCY=1").length - 1).toBe(1)
   expect(output).not.toContain("Listening on")
+}, 60_000)
+
+test("WEB_CONCURRENCY=2 on a port another program holds refuses to start, naming PORT, once", async () => {
+  const holder = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() })
+  try {
+    const { code, output } = await runToExit({
+      ...baseEnvironment(),
+      WEB_CONCURRENCY: "2",
+      DATABASE_URL: shared.databaseUrl,
+      REDIS_URL: process.env.REDIS_URL ?? "redis://127.0.0.1:6379",
+      DATA_DIR: shared.dataDir,
+      HOST: "127.0.0.1",
+      PORT: String(holder.port)
+    })
+    expect(code).toBe(1)
+    expect(output.split(`Port ${holder.port} is in use`).length - 1).toBe(1)
+    expect(output).toContain("choose another port with PORT")
+    expect(output).not.toContain("server process started")
+  } finally {
+    holder.stop(true)
+  }
 }, 60_000)

@@ -138,7 +138,7 @@ const supervise = Effect.gen(function*() {
   const config = yield* SupervisorConfig
   const refused = refusal(config)
   if (refused !== null) return yield* new SupervisorRefused({ message: refused })
-  yield* probePort(config.server.port, config.server.host)
+  yield* probePort(config.server.port, config.server.host).pipe(Effect.mapError((failed) => new SupervisorRefused({ message: failed.message })))
   // The first signal interrupts this fiber (runMain): each child gets SIGTERM from its slot's release.
   // Any later one is passed on, so a second Ctrl-C still stops the children at once.
   let signals = 0
@@ -156,11 +156,9 @@ const supervise = Effect.gen(function*() {
   })
 })
 
-/** An interruption (the signal) exits 0 once every child has exited; a refusal exits 1 with its one line. */
+/** An interruption (the signal) exits 0 once every child has exited; a refusal exits 1 with its one line (logged below). */
 const teardown: Runtime.Teardown = (exit, onExit) =>
   Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)
-
-const refused = (message: string) => Effect.logError(message).pipe(Effect.andThen(Effect.fail(new SupervisorRefused({ message }))))
 
 /**
  * Decides what this `bun src/main.ts` is. Returns true when it is a supervisor (which then runs
@@ -179,8 +177,7 @@ export const superviseIfAsked = (): boolean => {
   if (processes <= 1) return false
   supervise.pipe(
     Effect.onInterrupt(() => Effect.logInfo("Hookline stopped")),
-    Effect.catchTag("ServerStartFailed", (failed) => refused(failed.message)),
-    Effect.catchTag("SupervisorRefused", (failed) => refused(failed.message)),
+    Effect.catchTag("SupervisorRefused", (refused) => Effect.logError(refused.message).pipe(Effect.andThen(Effect.fail(refused)))),
     Effect.provide(LoggingLive),
     NodeRuntime.runMain({ teardown })
   )
