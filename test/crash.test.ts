@@ -5,6 +5,8 @@
  * and re-queue the jobs whose worker stopped heart-beating, its dispatcher takes over the
  * deliveries once their lease runs out, and every account's balance equals its journal.
  *
+ * The same with two server processes on one port (WEB_CONCURRENCY=2), all killed at once.
+ *
  * The metered requests are held in flight deterministically: the test locks the catalog's
  * tables, so each request has reserved its credits and then waits for its query.
  */
@@ -24,11 +26,10 @@ import {
 import { eventually, type Receiver, startReceiver } from "./support/receiver.js"
 import { createDatabase, dropDatabase, ledgerState, testPool } from "./support/server.js"
 
-let shared: Deployment
-let db: Pg.Pool
 let receiver: Receiver
 let probe: GatedProbe
 const started: Array<ServerProcess> = []
+const databases: Array<{ readonly url: string; readonly pool: Pg.Pool }> = []
 let locker: Pg.PoolClient | null = null
 
 const common = {
@@ -41,9 +42,7 @@ const common = {
   HEARTBEAT_INTERVAL: "300 millis"
 }
 
-beforeAll(async () => {
-  shared = deployment(await createDatabase())
-  db = testPool(shared.databaseUrl, 4)
+beforeAll(() => {
   receiver = startReceiver()
   probe = gatedProbe()
 })
@@ -57,25 +56,51 @@ afterAll(async () => {
   for (const server of started) if (server.child.exitCode === null) server.kill("SIGKILL")
   await Promise.all(started.map((server) => server.exited))
   await receiver.stop()
-  await db.end()
-  await dropDatabase(shared.databaseUrl)
+  for (const { url, pool } of databases) {
+    await pool.end()
+    await dropDatabase(url)
+  }
 })
-
-const count = async (query: string, params: ReadonlyArray<unknown> = []) =>
-  Number((await db.query<{ n: string }>(query, [...params])).rows[0].n)
 
 const word = "quillmarsh"
 
-test("SIGKILL mid-flight: after a restart every hold is resolved, no job is stuck, every ledger balances", async () => {
+/** Every process of a server: a supervisor's children first (WEB_CONCURRENCY above 1), then itself. */
+const killHard = (server: ServerProcess) => {
+  const children = Bun.spawnSync(["pgrep", "-P", String(server.pid)]).stdout.toString().split("\n").filter((pid) => pid !== "")
+  for (const pid of children) process.kill(Number(pid), "SIGKILL")
+  server.kill("SIGKILL")
+}
+
+/**
+ * The crash, with `processes` server processes on one port (WEB_CONCURRENCY): each has one job
+ * worker, so two jobs run at once whatever the count, and every process is killed at once.
+ */
+const crashScenario = (processes: number) => async () => {
+  const shared: Deployment = deployment(await createDatabase())
+  const db = testPool(shared.databaseUrl, 4)
+  databases.push({ url: shared.databaseUrl, pool: db })
+  const count = async (query: string, params: ReadonlyArray<unknown> = []) =>
+    Number((await db.query<{ n: string }>(query, [...params])).rows[0].n)
+  receiver.clear()
+  const perProcess = {
+    WEB_CONCURRENCY: String(processes),
+    WORKER_CONCURRENCY: String(2 / processes),
+    // With two processes, statements of several requests share pipelined connections: one waiting
+    // for the test's table lock holds back the reserves queued behind it on its connection, and not
+    // every request reaches its hold before the crash. A connection per statement keeps the setup.
+    ...(processes > 1 ? { DB_PIPELINE: "false" } : {})
+  }
   const clip = await smallClip()
   const first = await spawnServer({
     deployment: shared,
     env: {
       ...common,
+      ...perProcess,
       // The scorer's ffprobe waits at the gate: jobs stay running until the test opens it.
       FFPROBE_PATH: probe.path,
-      // Every request in flight keeps a connection while it waits for the locked catalog.
-      PG_MAX_CONNECTIONS: "40",
+      // Every request in flight keeps a connection while it waits for the locked catalog (the
+      // connections of every process count against PostgreSQL's max_connections).
+      PG_MAX_CONNECTIONS: String(processes === 1 ? 40 : 24),
       // Holds expire 5 s after their reserve; this process never sweeps (the next one will).
       HOLD_TIMEOUT: "5 seconds",
       LEDGER_SWEEP_INTERVAL: "1 hour",
@@ -134,7 +159,7 @@ test("SIGKILL mid-flight: after a restart every hold is resolved, no job is stuc
   const meteredHolds = "SELECT count(*) AS n FROM holds WHERE status = 'pending' AND operation <> 'prediction'"
   await eventually("every request holds its credits", async () => (await count(meteredHolds)) === 30)
 
-  first.kill("SIGKILL")
+  killHard(first)
   expect(await first.exited).toBe(137)
   const answers = await Promise.all(fired)
   await locker.query("ROLLBACK")
@@ -160,7 +185,7 @@ test("SIGKILL mid-flight: after a restart every hold is resolved, no job is stuc
   probe.open()
   const next = await spawnServer({
     deployment: shared,
-    env: { ...common, LEDGER_SWEEP_INTERVAL: "300 millis", HEARTBEAT_TIMEOUT: "2 seconds", PREDICTION_SWEEP_INTERVAL: "300 millis" }
+    env: { ...common, ...perProcess, LEDGER_SWEEP_INTERVAL: "300 millis", HEARTBEAT_TIMEOUT: "2 seconds", PREDICTION_SWEEP_INTERVAL: "300 millis" }
   })
   started.push(next)
   await eventually("no hold pending", async () => (await count("SELECT count(*) AS n FROM holds WHERE status = 'pending'")) === 0, 30_000)
@@ -219,10 +244,14 @@ test("SIGKILL mid-flight: after a restart every hold is resolved, no job is stuc
   next.kill("SIGTERM")
   expect(await next.exited).toBe(0)
   console.log(
-    `crash: ${atCrash.inFlight} metered requests in flight at SIGKILL; ${atCrash.meteredHolds} orphaned holds voided after the restart ` +
+    `crash with ${processes} process(es): ${atCrash.inFlight} metered requests in flight at SIGKILL; ${atCrash.meteredHolds} orphaned holds voided after the restart ` +
       `(the other ${atCrash.inFlight - atCrash.meteredHolds} requests rolled back with their transaction); ` +
       `${atCrash.predictionHolds} prediction holds settled by their jobs; ${atCrash.running} running jobs re-queued and finished on attempt 2, ` +
       `${atCrash.queued} queued jobs finished; ${atCrash.deliveriesCut} deliveries cut mid-attempt and re-delivered; ` +
       `balance == sum(journal) for all ${accounts.length + 1} accounts`
   )
-}, 120_000)
+}
+
+test("SIGKILL mid-flight: after a restart every hold is resolved, no job is stuck, every ledger balances", crashScenario(1), 120_000)
+
+test("the same crash with WEB_CONCURRENCY=2: both processes killed at once, the next two recover everything", crashScenario(2), 120_000)
