@@ -12,9 +12,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import { ConfigProvider, Duration, Effect, Exit, Layer, ManagedRuntime, Option, Redacted, References, Result, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { tempDir } from "./support/tempDirs.js"
 import type Pg from "pg"
 import type { Caller } from "../src/Auth/Api.js"
 import { Secrets } from "../src/Config.js"
@@ -84,7 +83,7 @@ const postgresBackend = (): Backend => {
     start: async () => {
       started.url = await createDatabase()
       const provider = ConfigProvider.fromEnv({
-        env: { DATABASE_URL: started.url, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-memory-contract-")) }
+        env: { DATABASE_URL: started.url, DATA_DIR: tempDir("hookline-memory-contract-") }
       })
       started.runtime = ManagedRuntime.make(Layer.mergeAll(JobsRepo.layer, UploadsRepo.layer, WebhooksRepo.layer).pipe(
         Layer.provide(SqlLive),

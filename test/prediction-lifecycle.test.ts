@@ -9,9 +9,8 @@ import { ConfigProvider, Duration, Effect, Layer, ManagedRuntime, Option, Refere
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { tempDir } from "./support/tempDirs.js"
 import { Ledger } from "../src/Ledger/Ledger.js"
 import { BlobStore } from "../src/Predictions/BlobStore.js"
 import { PredictionJobs } from "../src/Predictions/Jobs.js"
@@ -95,7 +94,7 @@ let db: ReturnType<typeof testPool>
 beforeAll(async () => {
   databaseUrl = await createDatabase()
   const provider = ConfigProvider.fromEnv({
-    env: { ...env, DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-lifecycle-")) }
+    env: { ...env, DATABASE_URL: databaseUrl, DATA_DIR: tempDir("hookline-lifecycle-") }
   })
   runtime = ManagedRuntime.make(PredictionServices.pipe(
     Layer.provideMerge(SqlLive),

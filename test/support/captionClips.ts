@@ -5,9 +5,9 @@
  * Made with ffmpeg's drawtext (the npm-bundled ffmpeg has freetype).
  */
 import ffmpegInstaller from "@ffmpeg-installer/ffmpeg"
-import { mkdtempSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { tempDir } from "./tempDirs.js"
 
 /**
  * ffmpeg as the scorer finds it (FFMPEG_PATH, the system's, the npm-installed one); found here
@@ -104,4 +104,4 @@ export const makeCaptionClip = async (path: string, options: CaptionClipOptions)
   return path
 }
 
-export const captionClipDir = () => mkdtempSync(join(tmpdir(), "hookline-captions-"))
+export const captionClipDir = () => tempDir("hookline-captions-")

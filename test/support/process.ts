@@ -267,7 +267,8 @@ export const gatedProbe = (): GatedProbe => {
   const gate = join(dir, "open")
   const real = ffprobePath
   const path = join(dir, "ffprobe")
-  writeFileSync(path, `#!/bin/sh\nwhile [ ! -f '${gate}' ]; do sleep 0.05; done\nexec '${real}' "$@"\n`)
+  // Also goes on once the directory is gone (removed after the tests), so no waiting probe outlives them.
+  writeFileSync(path, `#!/bin/sh\nwhile [ ! -f '${gate}' ] && [ -d '${dir}' ]; do sleep 0.05; done\nexec '${real}' "$@"\n`)
   chmodSync(path, 0o755)
   return {
     path,
