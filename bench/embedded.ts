@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { parseArgs } from "node:util"
-import { freePort } from "../test/support/process.js"
+import { embeddedEnvironment, freePort, startUntilBanner } from "../test/support/process.js"
 import { runHttpLoad } from "./support/wrk.js"
 
 const { values } = parseArgs({
@@ -24,24 +24,12 @@ const root = resolve(values.root)
 const dataDir = mkdtempSync(join(tmpdir(), "hookline-bench-embedded-"))
 const port = freePort()
 const url = `http://127.0.0.1:${port}`
-const env: Record<string, string> = {}
-for (const [name, value] of Object.entries(process.env)) if (value !== undefined && name !== "DATABASE_URL") env[name] = value
-const child = Bun.spawn([process.execPath, join(root, "src/main.ts")], {
-  cwd: root,
-  env: { ...env, DATA_DIR: dataDir, PORT: String(port), HOST: "127.0.0.1", DEMO_CATALOG_SIZE: "2000", RATE_LIMIT_ENABLED: "false", LOG_LEVEL: "Warning" },
-  stdout: "pipe",
-  stderr: "pipe"
-})
+const env = { ...embeddedEnvironment(dataDir, port, 2_000), HOST: "127.0.0.1", RATE_LIMIT_ENABLED: "false" }
+const { child, output: banner } = await startUntilBanner(env, [process.execPath, join(root, "src/main.ts")], root)
 try {
-  const reader = child.stdout.getReader()
-  let banner = ""
-  while (!banner.includes("curl -s")) {
-    const { value, done } = await reader.read()
-    if (done) throw new Error(`the server exited: ${banner}${await new Response(child.stderr).text()}`)
-    banner += new TextDecoder().decode(value)
-  }
   // Keep draining both pipes: a full pipe would stall the server.
   void (async () => {
+    const reader = child.stdout.getReader()
     while (!(await reader.read()).done) continue
   })()
   void new Response(child.stderr).text()

@@ -88,8 +88,12 @@ export const embeddedEnvironment = (dataDir: string, port: number, demoCatalogSi
  * banner, which ends with ready-to-paste curl lines; returns the process, what it printed and how
  * long that took.
  */
-export const startUntilBanner = async (env: Record<string, string>, command: ReadonlyArray<string> = [process.execPath, "src/main.ts"]) => {
-  const child = Bun.spawn([...command], { cwd: root, env, stdout: "pipe", stderr: "pipe" })
+export const startUntilBanner = async (
+  env: Record<string, string>,
+  command: ReadonlyArray<string> = [process.execPath, "src/main.ts"],
+  cwd = root
+) => {
+  const child = Bun.spawn([...command], { cwd, env, stdout: "pipe", stderr: "pipe" })
   const started = Date.now()
   const reader = child.stdout.getReader()
   let output = ""
