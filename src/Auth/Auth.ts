@@ -4,7 +4,7 @@
  * Lookups are cached in process for at most AUTH_CACHE_TTL (default 500 ms), so a revoked key
  * or a suspension takes effect within a second on every server process.
  */
-import { Config, Context, Duration, Effect, Layer, Option } from "effect"
+import { Cache, Config, Context, Duration, Effect, Exit, Layer, Option } from "effect"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { toTimestamp } from "../Schemas.js"
 import { allScopes, type Plan, type Scope } from "./Domain.js"
@@ -14,7 +14,7 @@ export const AuthConfig = Config.all({
   cacheTtl: Config.Duration("AUTH_CACHE_TTL").pipe(Config.withDefault(Duration.millis(500)))
 })
 
-/** Keys whose lookups are cached at once; past it expired entries go first, then the oldest. */
+/** Keys whose lookups are cached at once; past it the least recently used go first. */
 const cacheCapacity = 10_000
 
 export const apiKeyPrefix = "hkl_live_"
@@ -27,6 +27,25 @@ export interface KeyOwner {
   readonly plan: Plan
   readonly suspended: boolean
   readonly scopes: ReadonlyArray<Scope>
+}
+
+/** A key as it is shown once, when it is created. */
+export interface CreatedKey {
+  readonly object: "api_key"
+  readonly id: string
+  readonly api_key: string
+  readonly scopes: ReadonlyArray<Scope>
+  readonly created_at: string
+}
+
+/** What the key service offers: a bearer key's owner, and keys created and revoked. */
+export interface AuthService {
+  /** The live key's owner, or None for an unknown or revoked key (cached for AUTH_CACHE_TTL). */
+  readonly findKey: (plainKey: string) => Effect.Effect<Option.Option<KeyOwner>>
+  /** A new key for the account (every scope when none are given); its plain text is shown only here. */
+  readonly createKey: (accountId: string, scopes: ReadonlyArray<Scope> | undefined) => Effect.Effect<CreatedKey>
+  /** Revokes a key; false when no such key exists. Revoking twice is harmless. */
+  readonly revokeKey: (keyId: string) => Effect.Effect<boolean>
 }
 
 const make = Effect.gen(function*() {
@@ -42,32 +61,16 @@ const make = Effect.gen(function*() {
       scopes: row.scopes
     })))
 
-  // A plain map read synchronously: a hit costs no fiber hop and no Deferred. Time is the fiber's
-  // Clock, read without a service lookup, so a test can move it past the TTL.
-  const ttlMs = Duration.toMillis(config.cacheTtl)
-  const cache = new Map<string, { readonly owner: Option.Option<KeyOwner>; readonly until: number }>()
-  // Entries sit in insertion order, which is expiry order (one TTL): expired ones are at the front.
-  const remember = (hash: string, owner: Option.Option<KeyOwner>, now: number) => {
-    for (const [key, entry] of cache) {
-      if (entry.until > now && cache.size < cacheCapacity) break
-      cache.delete(key)
-    }
-    cache.delete(hash)
-    cache.set(hash, { owner, until: now + ttlMs })
-  }
+  const cached = yield* Cache.makeWith(lookupByHash, {
+    capacity: cacheCapacity,
+    // A failed lookup (a defect) is not remembered: the next request asks the database again.
+    timeToLive: (exit) => (Exit.isSuccess(exit) ? config.cacheTtl : Duration.zero)
+  })
+  const cacheOn = Duration.toMillis(config.cacheTtl) > 0
 
-  /** The live key's owner, or None for an unknown or revoked key. */
   const findKey = (plainKey: string): Effect.Effect<Option.Option<KeyOwner>> => {
     const hash = sha256Hex(plainKey)
-    if (ttlMs <= 0) return lookupByHash(hash)
-    return Effect.clockWith((clock) => {
-      const hit = cache.get(hash)
-      if (hit !== undefined && hit.until > clock.currentTimeMillisUnsafe()) return Effect.succeed(hit.owner)
-      return Effect.map(lookupByHash(hash), (owner) => {
-        remember(hash, owner, clock.currentTimeMillisUnsafe())
-        return owner
-      })
-    })
+    return cacheOn ? Cache.get(cached, hash) : lookupByHash(hash)
   }
 
   const createKey = (accountId: string, scopes: ReadonlyArray<Scope> | undefined) =>
@@ -85,13 +88,12 @@ const make = Effect.gen(function*() {
       }
     })
 
-  /** Revokes a key; false when no such key exists. Revoking twice is harmless. */
   const revokeKey = (keyId: string) => Effect.map(repo.revokeKey(keyId), Option.isSome)
 
-  return { findKey, createKey, revokeKey } as const
+  return Auth.of({ findKey, createKey, revokeKey })
 })
 
-export class Auth extends Context.Service<Auth, Effect.Success<typeof make>>()("hookline/Auth") {
+export class Auth extends Context.Service<Auth, AuthService>()("hookline/Auth") {
   /** Takes its KeysRepo from the caller (an in-memory one in a test). */
   static readonly layerWithoutDependencies = Layer.effect(Auth, make)
   static readonly layer = Auth.layerWithoutDependencies.pipe(Layer.provide(KeysRepo.layer))

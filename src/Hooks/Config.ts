@@ -12,7 +12,7 @@ export const CatalogConfig = Config.all({
    * index matches instead. Changes speed only, never results.
    */
   searchWalkWindow: Config.Int("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
-  /** First pages of search and list kept in memory per process (0 turns the cache off). */
+  /** First pages of search, and of list, kept in memory per process: up to this many each (0 turns the cache off). */
   cacheEntries: Config.Int("CATALOG_CACHE_ENTRIES").pipe(Config.withDefault(1_000)),
   /** Records staged per insert statement during an import (they reach the catalog together at its end). */
   importBatchSize: Config.Int("IMPORT_BATCH_SIZE").pipe(Config.withDefault(5_000)),

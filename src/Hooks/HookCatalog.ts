@@ -4,7 +4,7 @@
  * catalog's repository (Repo.ts); the search structures they read are described in
  * migrations/0002_catalog_search.ts.
  */
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Cache, Context, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { readCursor, signCursor } from "../Cursor.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
@@ -59,26 +59,17 @@ export interface Page<P> {
   readonly next: Option.Option<P>
 }
 
-/** A small least-recently-used map (Map keeps insertion order). */
-const lruCache = <V>(capacity: number) => {
-  const entries = new Map<string, V>()
-  return {
-    get: (key: string): V | undefined => {
-      const value = entries.get(key)
-      if (value !== undefined) {
-        entries.delete(key)
-        entries.set(key, value)
-      }
-      return value
-    },
-    set: (key: string, value: V) => {
-      if (capacity <= 0) return
-      entries.delete(key)
-      entries.set(key, value)
-      if (entries.size > capacity) entries.delete(entries.keys().next().value!)
-    }
-  }
-}
+/**
+ * `lookup` through an Effect `Cache` of at most `capacity` entries, the least recently used
+ * evicted first (0 turns it off). A failed lookup is not kept: the next call asks again.
+ */
+const cachedLookup = <K, A, E>(capacity: number, lookup: (key: K) => Effect.Effect<A, E>) =>
+  capacity <= 0
+    ? Effect.succeed(lookup)
+    : Effect.map(
+      Cache.makeWith(lookup, { capacity, timeToLive: (exit) => (Exit.isSuccess(exit) ? Duration.infinity : Duration.zero) }),
+      (cache) => (key: K) => Cache.get(cache, key)
+    )
 
 /** Text of the user's query as the catalog matches it: trimmed, single spaces, lowercase. */
 export const normaliseQuery = (q: string): string => q.trim().replace(/\s+/g, " ").toLowerCase()
@@ -92,21 +83,20 @@ const toPage = <R extends LeanRow, P>(rows: ReadonlyArray<R>, position: (row: R)
   }
 }
 
-/** Serves first pages from an LRU cache while the catalog version is unchanged (any import bumps it). */
-const firstPageCache = <E>(catalogVersion: Effect.Effect<number, E>, entries: number) => {
-  const firstPages = lruCache<{ readonly version: number; readonly page: Page<unknown> }>(entries)
-  return <P, E2>(key: string, isFirst: boolean, load: Effect.Effect<Page<P>, E2>) =>
-    isFirst && entries > 0
-      ? Effect.gen(function*() {
-        const version = yield* catalogVersion
-        const hit = firstPages.get(key)
-        if (hit !== undefined && hit.version === version) return hit.page as Page<P>
-        const page = yield* load
-        firstPages.set(key, { version, page })
-        return page
-      })
-      : load
-}
+/**
+ * Pages of a search or a list, the first ones cached by catalog version and subject (a normalised
+ * query or a category): any import bumps the version, so an older catalog's page is never served.
+ */
+const firstPagesCached = <P, E>(
+  catalogVersion: Effect.Effect<number>,
+  entries: number,
+  load: (subject: string, after: Option.Option<P>) => Effect.Effect<Page<P>, E>
+) =>
+  Effect.map(
+    cachedLookup(entries, ([, subject]: readonly [version: number, subject: string]) => load(subject, Option.none())),
+    (firstPage) => (subject: string, after: Option.Option<P>) =>
+      Option.isNone(after) ? Effect.flatMap(catalogVersion, (version) => firstPage([version, subject])) : load(subject, after)
+  )
 
 const hookId = idPattern("hook")
 
@@ -176,9 +166,8 @@ const make = Effect.gen(function*() {
   const repo = yield* CatalogRepo
   const config = yield* CatalogConfig
   const { cursorSecret } = yield* Secrets
-  const cachedFirstPage = firstPageCache(repo.catalogVersion, config.cacheEntries)
   /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
-  const searchableQueries = lruCache<boolean>(config.cacheEntries)
+  const hasSearchableWord = yield* cachedLookup(config.cacheEntries, repo.hasSearchableWord)
 
   const categories = Effect.map(repo.categories, (data) => ({
     object: "list" as const,
@@ -190,41 +179,23 @@ const make = Effect.gen(function*() {
   /** Replaces the category list (hooks keep their category slug even when it is removed). */
   const putCategories = (input: ReadonlyArray<HookCategory>) => Effect.andThen(repo.replaceCategories(input), categories)
 
-  const hasSearchableWord = (normalised: string) => {
-    const known = searchableQueries.get(normalised)
-    return known !== undefined
-      ? Effect.succeed(known)
-      : Effect.map(repo.hasSearchableWord(normalised), (searchable) => {
-        searchableQueries.set(normalised, searchable)
-        return searchable
-      })
-  }
-
   /** One page of search results: ranked full-text matches, or the substring fallback for a query with no searchable word. */
-  const search = (normalised: string, after: Option.Option<SearchPosition>) =>
-    cachedFirstPage(
-      `search\0${normalised}`,
-      Option.isNone(after),
-      Effect.flatMap(hasSearchableWord(normalised), (searchable) => {
-        const request = {
-          query: normalised,
-          after: Option.getOrElse(after, () => [null, null, null] as const),
-          rows: pageSize + 1,
-          walkWindow: config.searchWalkWindow
-        }
-        return searchable ? repo.searchPage(request) : repo.substringPage(request)
-      }).pipe(Effect.map((rows) => toPage(rows, (row): SearchPosition => [row.k1, row.k2, row.id])))
-    )
+  const search = yield* firstPagesCached(repo.catalogVersion, config.cacheEntries, (normalised, after: Option.Option<SearchPosition>) =>
+    Effect.flatMap(hasSearchableWord(normalised), (searchable) => {
+      const request = {
+        query: normalised,
+        after: Option.getOrElse(after, () => [null, null, null] as const),
+        rows: pageSize + 1,
+        walkWindow: config.searchWalkWindow
+      }
+      return searchable ? repo.searchPage(request) : repo.substringPage(request)
+    }).pipe(Effect.map((rows) => toPage(rows, (row): SearchPosition => [row.k1, row.k2, row.id]))))
 
   /** One page of a category's hooks, newest first. */
-  const list = (category: string, after: Option.Option<ListPosition>) =>
-    cachedFirstPage(
-      `list\0${category}`,
-      Option.isNone(after),
-      repo.listPage({ category, after: Option.getOrElse(after, () => [topSortMs, ""] as const), rows: pageSize + 1 }).pipe(
-        Effect.map((rows) => toPage(rows, (row): ListPosition => [row.k2, row.id]))
-      )
-    )
+  const list = yield* firstPagesCached(repo.catalogVersion, config.cacheEntries, (category, after: Option.Option<ListPosition>) =>
+    repo.listPage({ category, after: Option.getOrElse(after, () => [topSortMs, ""] as const), rows: pageSize + 1 }).pipe(
+      Effect.map((rows) => toPage(rows, (row): ListPosition => [row.k2, row.id]))
+    ))
 
   const hook = (id: string) => Effect.map(repo.findHook(id), Option.map(toRich))
 
@@ -241,6 +212,8 @@ const make = Effect.gen(function*() {
     list,
     hook,
     upsert,
+    /** The hooks nearest to a line's lexemes, nearest first (NeighbourRule.ts). */
+    neighbours: repo.neighbours,
     /** A bulk import's statements (Import.ts runs them in its transaction). */
     importStaging: {
       create: repo.createImportStaging,
