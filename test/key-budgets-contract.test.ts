@@ -17,8 +17,7 @@ import { KeyBudgets } from "../src/Ledger/Budgets.js"
 import { Ledger } from "../src/Ledger/Ledger.js"
 import { LedgerRepo } from "../src/Ledger/Repo.js"
 import { makeLedgerRepoInMemory } from "../src/Ledger/RepoMemory.js"
-import { SqlLive } from "../src/Sql.js"
-import { createDatabase, dropDatabase } from "./support/server.js"
+import { fileDatabase } from "./support/fileDatabase.js"
 
 type Repos = AccountsRepo | KeysRepo | LedgerRepo
 
@@ -29,27 +28,10 @@ const memoryRepos = () => {
   return { ledger, layer: Layer.mergeAll(accounts.layer, keys.layer, ledger.layer) }
 }
 
-let databaseUrl: string
-let postgres: ManagedRuntime.ManagedRuntime<Repos, unknown>
-
-beforeAll(async () => {
-  databaseUrl = await createDatabase()
-  postgres = ManagedRuntime.make(
-    Layer.mergeAll(AccountsRepo.layer, KeysRepo.layer, LedgerRepo.layer).pipe(
-      Layer.provide(SqlLive),
-      Layer.provide(Layer.succeed(References.MinimumLogLevel, "Warn")),
-      Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { DATABASE_URL: databaseUrl, PG_MAX_CONNECTIONS: "4" } })))
-    )
-  )
-  await postgres.runPromise(Effect.void)
-}, 60_000)
-afterAll(async () => {
-  await postgres.dispose()
-  await dropDatabase(databaseUrl)
-}, 60_000)
+const postgres = fileDatabase(Layer.mergeAll(AccountsRepo.layer, KeysRepo.layer, LedgerRepo.layer))
 
 const backends: ReadonlyArray<{ readonly name: string; readonly run: <A>(effect: Effect.Effect<A, never, Repos>) => Promise<A> }> = [
-  { name: "PostgreSQL", run: (effect) => postgres.runPromise(effect) },
+  { name: "PostgreSQL", run: (effect) => postgres.run(effect) },
   { name: "memory", run: (effect) => Effect.runPromise(Effect.provide(effect, memoryRepos().layer)) }
 ]
 

@@ -53,12 +53,12 @@ export interface ReserveOptions {
 }
 
 /** src/Ledger/RepoSql.ts `keyBudgetCte`. */
-const keyBudgetCte = (keyId: string | null) =>
+const keyBudgetCte = (keyId: string | null, at: Statement) =>
   keyId === null
     ? sql`budget AS (SELECT NULL::bigint AS lim, 0::bigint AS spent, NULL::timestamptz AS kpe WHERE false)`
     : sql`budget AS (
         SELECT k.spend_limit AS lim, CASE WHEN k.spend_period_end = b.kpe THEN k.period_spent ELSE 0 END AS spent, b.kpe
-          FROM api_keys k JOIN (SELECT hookline_key_period_end(pe) AS kpe FROM old) b ON true
+          FROM api_keys k JOIN (SELECT hookline_key_period_end(pe, ${at}) AS kpe FROM old) b ON true
          WHERE k.id = ${keyId}
            FOR NO KEY UPDATE OF k
       )`
@@ -81,14 +81,16 @@ export const reserveStatement = (
     keyId: options.keyId ?? null
   }
   const operation = debit.operation
-  const expiresAt = expiresInSeconds === null ? sql`NULL::timestamptz` : sql`now() + make_interval(secs => ${expiresInSeconds})`
+  const now = new Date()
+  const at = sql`${now}::timestamptz`
+  const expiresAt = expiresInSeconds === null ? sql`NULL::timestamptz` : sql`${sql`${now}::timestamptz`} + make_interval(secs => ${expiresInSeconds})`
   const holdCte = holdId === null
     ? sql`hold AS (SELECT NULL::text AS id)`
     : sql`hold AS (
         INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end,
-                           key_id, key_period_end)
+                           key_id, key_period_end, created_at)
         SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${operation},
-               ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end, ${debit.keyId}, key_period_end
+               ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end, ${debit.keyId}, key_period_end, ${at}
           FROM upd${expiresInSeconds === null ? sql`` : sql`, (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only`}
         RETURNING id
       )`
@@ -97,7 +99,7 @@ export const reserveStatement = (
       SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
         FROM wallets WHERE account_id = ${accountId} FOR UPDATE
     ),
-    ${keyBudgetCte(debit.keyId)},
+    ${keyBudgetCte(debit.keyId, at)},
     upd AS (
       UPDATE wallets w
          SET monthly_balance = o.m - LEAST(o.m, ${amount}),
@@ -105,7 +107,7 @@ export const reserveStatement = (
         FROM old o LEFT JOIN budget k ON true
        WHERE w.account_id = ${accountId}
          AND o.m + o.t >= ${amount}
-         AND (o.pe IS NULL OR o.pe > now())
+         AND (o.pe IS NULL OR o.pe > ${at})
          AND (k.lim IS NULL OR k.spent + ${amount} <= k.lim)
       RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
                 w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end,
@@ -118,24 +120,26 @@ export const reserveStatement = (
     ),
     ${holdCte},
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, key_id)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, key_id,
+                                  created_at)
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}, ${at}
         FROM upd WHERE from_monthly > 0
       UNION ALL
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}, ${at}
         FROM upd WHERE from_topup > 0
       RETURNING 1
     )
-    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance,
+    SELECT (o.pe IS NOT NULL AND o.pe <= ${at}) AS rollover_due, u.monthly_balance, u.topup_balance,
            COALESCE(k.spent + ${amount} > k.lim, false) AS over_limit, k.lim AS spend_limit, k.kpe AS key_period_end
       FROM old o LEFT JOIN upd u ON true LEFT JOIN budget k ON true`
 }
 
 /** src/Ledger/RepoSql.ts `resolveStatement` (settle when status is "settled"), same statement and order. */
-export const resolveStatement = (holdId: string, charge: number, status: "settled" | "refunded" | "voided") =>
-  sql`
+export const resolveStatement = (holdId: string, charge: number, status: "settled" | "refunded" | "voided") => {
+  const at = sql`${new Date()}::timestamptz`
+  return sql`
     WITH cur AS (
       SELECT account_id, monthly_period_end AS pe FROM wallets
        WHERE account_id = (SELECT account_id FROM holds WHERE id = ${holdId})
@@ -146,7 +150,7 @@ export const resolveStatement = (holdId: string, charge: number, status: "settle
          SET status = ${status},
              settled_monthly = LEAST(monthly_amount, ${charge}),
              settled_topup = ${charge} - LEAST(monthly_amount, ${charge}),
-             resolved_at = now(),
+             resolved_at = ${at},
              history_seq = CASE WHEN ${status} = 'settled' AND ${charge} > 0 AND operation <> 'prediction'
                                 THEN nextval(pg_get_serial_sequence('credit_journal', 'seq')) END
         FROM cur
@@ -170,21 +174,23 @@ export const resolveStatement = (holdId: string, charge: number, status: "settle
       RETURNING 1
     ),
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason, key_id)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason, key_id,
+                                  created_at)
       SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id, ${at}
         FROM k, w WHERE k.back_t > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id, ${at}
         FROM k, w WHERE k.back_m > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'expire', 'monthly', -k.back_m, w.monthly_balance, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held', k.key_id
+             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held', k.key_id, ${at}
         FROM k, w WHERE k.back_m > 0 AND k.lapsed
       RETURNING 1
     )
     SELECT ${charge}::int AS charged, w.monthly_balance, w.topup_balance, (SELECT operation FROM h) AS operation FROM w`
+}
 
 /** HOLD_TIMEOUT's default. */
 const holdTimeoutSeconds = 10 * 60

@@ -11,10 +11,10 @@
 import { Context, Effect, Layer, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { newId } from "../Ids.js"
-import { atRepoBoundary } from "../Repository.js"
+import { atRepoBoundary, currentDate } from "../Repository.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { budgetStatements } from "./RepoBudgets.js"
-import { debitStatement, resolveStatement, rolloverStatement } from "./RepoSql.js"
+import { debitStatement, resolveStatement, rolloverStatement, timeParameter } from "./RepoSql.js"
 
 const AccountId = Schema.String
 
@@ -93,42 +93,48 @@ const walletStatements = (sql: SqlClient.SqlClient) => {
   const rollOver = SqlSchema.findOne({
     Request: Schema.NullOr(AccountId),
     Result: Schema.Struct({ rolled: Schema.Number }),
-    execute: (accountId) => rolloverStatement(sql, accountId)
+    execute: (accountId) => Effect.flatMap(currentDate, (now) => rolloverStatement(sql, accountId, now))
   })
 
   /** An empty wallet; its monthly period starts now when the account has a monthly grant. */
   const openWallet = SqlSchema.void({
     Request: NewPeriod,
     execute: ({ accountId, monthlyGrant }) =>
-      sql`INSERT INTO wallets (account_id, monthly_balance, topup_balance, period_anchor, monthly_period_end)
-          VALUES (${accountId}, 0, 0, now(), ${monthlyGrant > 0 ? sql`now() + interval '1 month'` : null})`
+      Effect.flatMap(currentDate, (now) => {
+        const at = timeParameter(sql, now)
+        return sql`INSERT INTO wallets (account_id, monthly_balance, topup_balance, period_anchor, monthly_period_end)
+          VALUES (${accountId}, 0, 0, ${at}, ${monthlyGrant > 0 ? sql`${at} + interval '1 month'` : null})`
+      })
   })
 
   /** A new monthly period from now: unused monthly credits expire and `monthlyGrant` is credited. */
   const startNewPeriod = SqlSchema.void({
     Request: NewPeriod,
     execute: ({ accountId, monthlyGrant }) =>
-      sql`
+      Effect.flatMap(currentDate, (now) => {
+        const at = timeParameter(sql, now)
+        return sql`
       WITH old AS (
         SELECT monthly_balance AS m, topup_balance AS t FROM wallets WHERE account_id = ${accountId} FOR UPDATE
       ),
       upd AS (
         UPDATE wallets w
            SET monthly_balance = ${monthlyGrant},
-               period_anchor = now(),
-               monthly_period_end = ${monthlyGrant > 0 ? sql`now() + interval '1 month'` : null}
+               period_anchor = ${at},
+               monthly_period_end = ${monthlyGrant > 0 ? sql`${at} + interval '1 month'` : null}
           FROM old WHERE w.account_id = ${accountId}
         RETURNING old.m, old.t
       ),
       journal AS (
-        INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reason)
-        SELECT ${newId("txn")}, ${accountId}, 'expire', 'monthly', -m, 0, t, 'rollover', 'plan changed' FROM upd WHERE m > 0
+        INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reason, created_at)
+        SELECT ${newId("txn")}, ${accountId}, 'expire', 'monthly', -m, 0, t, 'rollover', 'plan changed', ${at} FROM upd WHERE m > 0
         UNION ALL
-        SELECT ${newId("txn")}, ${accountId}, 'grant', 'monthly', ${monthlyGrant}, ${monthlyGrant}, t, 'rollover', 'plan changed'
+        SELECT ${newId("txn")}, ${accountId}, 'grant', 'monthly', ${monthlyGrant}, ${monthlyGrant}, t, 'rollover', 'plan changed', ${at}
           FROM upd WHERE ${monthlyGrant} > 0
         RETURNING 1
       )
       SELECT count(*)::int AS n FROM upd`
+      })
   })
 
   return {
@@ -145,37 +151,38 @@ const holdStatements = (sql: SqlClient.SqlClient) => {
     Request: HoldDebit,
     Result: DebitRow,
     execute: (debit) =>
-      debitStatement(sql, debit, {
-        holdId: debit.holdId,
-        // The database clock decides expiry, so processes with skewed clocks agree.
-        expiresAt: debit.expiresInSeconds === null
-          ? sql`NULL::timestamptz`
-          : sql`now() + make_interval(secs => ${debit.expiresInSeconds})`,
-        // A hold that expires is a metered request's, settled or refunded before it answers (or
-        // by the sweeper); one that does not is a prediction's, the record of an accepted job.
-        commitWithoutFlush: debit.expiresInSeconds !== null
-      })
+      Effect.flatMap(currentDate, (now) =>
+        debitStatement(sql, debit, now, {
+          holdId: debit.holdId,
+          expiresAt: debit.expiresInSeconds === null
+            ? sql`NULL::timestamptz`
+            : sql`${timeParameter(sql, now)} + make_interval(secs => ${debit.expiresInSeconds})`,
+          // A hold that expires is a metered request's, settled or refunded before it answers (or
+          // by the sweeper); one that does not is a prediction's, the record of an accepted job.
+          commitWithoutFlush: debit.expiresInSeconds !== null
+        }))
   })
 
   const chargeAtOnce = SqlSchema.findOneOption({
     Request: Debit,
     Result: DebitRow,
-    execute: (debit) => debitStatement(sql, debit, null)
+    execute: (debit) => Effect.flatMap(currentDate, (now) => debitStatement(sql, debit, now, null))
   })
 
   const resolveAs = (status: "settled" | "refunded" | "voided") =>
     SqlSchema.findOneOption({
       Request: Resolve,
       Result: ResolveRow,
-      execute: ({ charge, holdId }) => resolveStatement(sql, holdId, charge, status)
+      execute: ({ charge, holdId }) => Effect.flatMap(currentDate, (now) => resolveStatement(sql, holdId, charge, status, now))
     })
 
   const expiredHoldIds = SqlSchema.findAll({
     Request: Schema.Int,
     Result: Schema.Struct({ id: Schema.String }),
     execute: (limit) =>
-      sql`SELECT id FROM holds WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= now()
-           ORDER BY expires_at LIMIT ${limit}`
+      Effect.flatMap(currentDate, (now) =>
+        sql`SELECT id FROM holds WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ${timeParameter(sql, now)}
+             ORDER BY expires_at LIMIT ${limit}`)
   })
 
   /** The first refusal since a grant sends wallet.depleted (migration 0007's function decides). */
@@ -204,7 +211,8 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
   const grant = SqlSchema.findOne({
     Request: Grant,
     Result: GrantRow,
-    execute: (g) => {
+    execute: (g) => Effect.flatMap(currentDate, (now) => {
+      const at = timeParameter(sql, now)
       const toMonthly = g.bucket === "monthly" ? g.amount : 0
       const toTopup = g.bucket === "topup" ? g.amount : 0
       return sql`
@@ -212,9 +220,10 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
           SELECT monthly_balance AS m, topup_balance AS t FROM wallets WHERE account_id = ${g.accountId} FOR UPDATE
         ),
         journal AS (
-          INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reference_id, request_id, reason)
+          INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reference_id, request_id, reason,
+                                      created_at)
           SELECT ${newId("txn")}, ${g.accountId}, 'grant', ${g.bucket}, ${g.amount}, m + ${toMonthly}, t + ${toTopup},
-                 'admin', ${g.referenceId}, ${g.requestId}, ${g.reason}
+                 'admin', ${g.referenceId}, ${g.requestId}, ${g.reason}, ${at}
             FROM old WHERE m + ${toMonthly} <= ${maxBalance} AND t + ${toTopup} <= ${maxBalance}
           ON CONFLICT (account_id, reference_id)
             WHERE entry_type = 'grant' AND operation = 'admin' AND reference_id IS NOT NULL
@@ -229,7 +238,7 @@ const grantStatements = (sql: SqlClient.SqlClient) => {
         )
         SELECT (SELECT count(*) FROM old)::int AS found, (SELECT count(*) FROM w)::int AS granted,
                (SELECT count(*) FROM old WHERE m + ${toMonthly} > ${maxBalance} OR t + ${toTopup} > ${maxBalance})::int AS overflow`
-    }
+    })
   })
 
   const findGrantByReference = SqlSchema.findOneOption({

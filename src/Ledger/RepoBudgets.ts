@@ -3,8 +3,10 @@
  * limit, reading its spend in the current period, and noting a refusal by its limit. The
  * counting itself is in the debit and resolve statements (RepoSql.ts), under the wallet's lock.
  */
-import { Schema } from "effect"
+import { Effect, Schema } from "effect"
 import { type SqlClient, SqlSchema } from "effect/sql"
+import { currentDate } from "../Repository.js"
+import { timeParameter } from "./RepoSql.js"
 
 export const KeyBudgetRow = Schema.Struct({
   key_id: Schema.String,
@@ -30,18 +32,19 @@ export const budgetStatements = (sql: SqlClient.SqlClient) => {
     Request: Schema.String,
     Result: KeyBudgetRow,
     execute: (keyId) =>
-      sql`
+      Effect.flatMap(currentDate, (now) =>
+        sql`
         SELECT k.id AS key_id, k.account_id, k.spend_limit,
                CASE WHEN k.spend_period_end = p.period_end THEN k.period_spent ELSE 0 END AS period_spent, p.period_end
           FROM api_keys k JOIN wallets w ON w.account_id = k.account_id
-          CROSS JOIN LATERAL (SELECT hookline_key_period_end(w.monthly_period_end) AS period_end) p
-         WHERE k.id = ${keyId}`
+          CROSS JOIN LATERAL (SELECT hookline_key_period_end(w.monthly_period_end, ${timeParameter(sql, now)}) AS period_end) p
+         WHERE k.id = ${keyId}`)
   })
 
   /** The first refusal by the key's limit in a period sends key.spend_limit_reached (migration 0010's function decides). */
   const noteSpendLimitReached = SqlSchema.void({
     Request: Schema.String,
-    execute: (keyId) => sql`SELECT hookline_key_spend_limit_reached(${keyId})`
+    execute: (keyId) => Effect.flatMap(currentDate, (now) => sql`SELECT hookline_key_spend_limit_reached(${keyId}, ${timeParameter(sql, now)})`)
   })
 
   return { setSpendLimit, findKeyBudget, noteSpendLimitReached }

@@ -7,21 +7,28 @@ import { newId } from "../Ids.js"
 import { commitWithoutFlush } from "../Sql.js"
 
 /**
+ * The time a statement runs at, as a parameter: the Ledger's statements never read the database's
+ * now(), so Effect's Clock (a TestClock in tests) decides periods, expiries and journal times.
+ */
+export const timeParameter = (sql: SqlClient.SqlClient, now: Date) => sql`${now}::timestamptz`
+
+/**
  * Starts a new monthly period for every wallet whose period has ended (or only `accountId`'s):
  * unused monthly credits expire, the balance is reset to the account's grant, and the period end
  * moves to the first anchor + n months after now. Idempotent and safe to race: the wallet row
  * lock serialises concurrent rollovers, and the second finds nothing due. Answers `rolled`.
  */
-export const rolloverStatement = (sql: SqlClient.SqlClient, accountId: string | null) =>
-  sql`
+export const rolloverStatement = (sql: SqlClient.SqlClient, accountId: string | null, now: Date) => {
+  const at = timeParameter(sql, now)
+  return sql`
     WITH due AS (
       SELECT w.account_id, w.monthly_balance AS m, w.topup_balance AS t, a.monthly_grant AS g,
              (SELECT w.period_anchor + make_interval(months => k)
                 FROM generate_series(1, 12000) k
-               WHERE w.period_anchor + make_interval(months => k) > now()
+               WHERE w.period_anchor + make_interval(months => k) > ${at}
                ORDER BY k LIMIT 1) AS next_end
         FROM wallets w JOIN accounts a ON a.id = w.account_id
-       WHERE w.monthly_period_end IS NOT NULL AND w.monthly_period_end <= now()
+       WHERE w.monthly_period_end IS NOT NULL AND w.monthly_period_end <= ${at}
          ${accountId === null ? sql`` : sql`AND w.account_id = ${accountId}`}
        ORDER BY w.account_id
        FOR UPDATE OF w
@@ -32,15 +39,16 @@ export const rolloverStatement = (sql: SqlClient.SqlClient, accountId: string | 
       RETURNING w.account_id
     ),
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reason)
-      SELECT 'txn_' || replace(gen_random_uuid()::text, '-', ''), account_id, 'expire', 'monthly', -m, 0, t, 'rollover', 'monthly period ended'
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reason, created_at)
+      SELECT 'txn_' || replace(gen_random_uuid()::text, '-', ''), account_id, 'expire', 'monthly', -m, 0, t, 'rollover', 'monthly period ended', ${at}
         FROM due WHERE m > 0
       UNION ALL
-      SELECT 'txn_' || replace(gen_random_uuid()::text, '-', ''), account_id, 'grant', 'monthly', g, g, t, 'rollover', 'monthly grant'
+      SELECT 'txn_' || replace(gen_random_uuid()::text, '-', ''), account_id, 'grant', 'monthly', g, g, t, 'rollover', 'monthly grant', ${at}
         FROM due WHERE g > 0
       RETURNING 1
     )
     SELECT count(*)::int AS rolled FROM upd`
+}
 
 export interface DebitInput {
   readonly accountId: string
@@ -57,12 +65,12 @@ export interface DebitInput {
  * what it spent in the current period (0 when its count is from an earlier period) and that
  * period's end. NO KEY UPDATE: foreign-key checks on the key (a new prediction) do not wait on it.
  */
-const keyBudgetCte = (sql: SqlClient.SqlClient, keyId: string | null) =>
+const keyBudgetCte = (sql: SqlClient.SqlClient, keyId: string | null, at: Statement.Fragment) =>
   keyId === null
     ? sql`budget AS (SELECT NULL::bigint AS lim, 0::bigint AS spent, NULL::timestamptz AS kpe WHERE false)`
     : sql`budget AS (
         SELECT k.spend_limit AS lim, CASE WHEN k.spend_period_end = b.kpe THEN k.period_spent ELSE 0 END AS spent, b.kpe
-          FROM api_keys k JOIN (SELECT hookline_key_period_end(pe) AS kpe FROM old) b ON true
+          FROM api_keys k JOIN (SELECT hookline_key_period_end(pe, ${at}) AS kpe FROM old) b ON true
          WHERE k.id = ${keyId}
            FOR NO KEY UPDATE OF k
       )`
@@ -80,6 +88,7 @@ const keyBudgetCte = (sql: SqlClient.SqlClient, keyId: string | null) =>
 export const debitStatement = (
   sql: SqlClient.SqlClient,
   debit: DebitInput,
+  now: Date,
   hold: {
     readonly holdId: string
     readonly expiresAt: Statement.Fragment
@@ -93,13 +102,14 @@ export const debitStatement = (
   } | null
 ) => {
   const { accountId, amount, operation } = debit
+  const at = timeParameter(sql, now)
   const holdCte = hold === null
     ? sql`hold AS (SELECT NULL::text AS id)`
     : sql`hold AS (
         INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end,
-                           key_id, key_period_end)
+                           key_id, key_period_end, created_at)
         SELECT ${hold.holdId}, ${accountId}, from_monthly, from_topup, ${operation},
-               ${debit.referenceId}, ${debit.requestId}, ${hold.expiresAt}, period_end, ${debit.keyId}, key_period_end
+               ${debit.referenceId}, ${debit.requestId}, ${hold.expiresAt}, period_end, ${debit.keyId}, key_period_end, ${at}
           FROM upd${hold.commitWithoutFlush ? sql`, ${sql.literal(commitWithoutFlush)}` : sql``}
         RETURNING id
       )`
@@ -108,7 +118,7 @@ export const debitStatement = (
       SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
         FROM wallets WHERE account_id = ${accountId} FOR UPDATE
     ),
-    ${keyBudgetCte(sql, debit.keyId)},
+    ${keyBudgetCte(sql, debit.keyId, at)},
     upd AS (
       UPDATE wallets w
          SET monthly_balance = o.m - LEAST(o.m, ${amount}),
@@ -116,7 +126,7 @@ export const debitStatement = (
         FROM old o LEFT JOIN budget k ON true
        WHERE w.account_id = ${accountId}
          AND o.m + o.t >= ${amount}
-         AND (o.pe IS NULL OR o.pe > now())
+         AND (o.pe IS NULL OR o.pe > ${at})
          AND (k.lim IS NULL OR k.spent + ${amount} <= k.lim)
       RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
                 w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end,
@@ -129,17 +139,18 @@ export const debitStatement = (
     ),
     ${holdCte},
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, key_id)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, key_id,
+                                  created_at)
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'monthly', -from_monthly, monthly_balance, topup_before,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}, ${at}
         FROM upd WHERE from_monthly > 0
       UNION ALL
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
-             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}
+             (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}, ${at}
         FROM upd WHERE from_topup > 0
       RETURNING 1
     )
-    SELECT (o.pe IS NOT NULL AND o.pe <= now()) AS rollover_due, u.monthly_balance, u.topup_balance,
+    SELECT (o.pe IS NOT NULL AND o.pe <= ${at}) AS rollover_due, u.monthly_balance, u.topup_balance,
            COALESCE(k.spent + ${amount} > k.lim, false) AS over_limit, k.lim AS spend_limit, k.kpe AS key_period_end
       FROM old o LEFT JOIN upd u ON true LEFT JOIN budget k ON true`
 }
@@ -159,9 +170,11 @@ export const resolveStatement = (
   sql: SqlClient.SqlClient,
   holdId: string,
   charge: number,
-  status: "settled" | "refunded" | "voided"
-) =>
-  sql`
+  status: "settled" | "refunded" | "voided",
+  now: Date
+) => {
+  const at = timeParameter(sql, now)
+  return sql`
     WITH cur AS (
       SELECT account_id, monthly_period_end AS pe FROM wallets
        WHERE account_id = (SELECT account_id FROM holds WHERE id = ${holdId})
@@ -172,7 +185,7 @@ export const resolveStatement = (
          SET status = ${status},
              settled_monthly = LEAST(monthly_amount, ${charge}),
              settled_topup = ${charge} - LEAST(monthly_amount, ${charge}),
-             resolved_at = now(),
+             resolved_at = ${at},
              history_seq = CASE WHEN ${status} = 'settled' AND ${charge} > 0 AND operation <> 'prediction'
                                 THEN nextval(pg_get_serial_sequence('credit_journal', 'seq')) END
         FROM cur
@@ -196,18 +209,20 @@ export const resolveStatement = (
       RETURNING 1
     ),
     journal AS (
-      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason, key_id)
+      INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason, key_id,
+                                  created_at)
       SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id, ${at}
         FROM k, w WHERE k.back_t > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id
+             ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id, ${at}
         FROM k, w WHERE k.back_m > 0
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'expire', 'monthly', -k.back_m, w.monthly_balance, w.topup_balance,
-             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held', k.key_id
+             ${holdId}, k.operation, k.reference_id, k.request_id, 'monthly period ended while held', k.key_id, ${at}
         FROM k, w WHERE k.back_m > 0 AND k.lapsed
       RETURNING 1
     )
     SELECT ${charge}::int AS charged, w.monthly_balance, w.topup_balance, (SELECT operation FROM h) AS operation FROM w`
+}

@@ -1,0 +1,308 @@
+/**
+ * The Ledger's contract, on both repositories: one list of cases, each run by the Ledger service
+ * over the PostgreSQL LedgerRepo (a database of this file's own) and over the in-memory twin
+ * (src/Ledger/RepoMemory.ts), with TestClock as the clock of both, and the same assertions.
+ * Monthly credits are spent first, a refund goes back top-up first, a period that ended rolls
+ * over before anything is read or taken, monthly credits held across a rollover expire, and holds
+ * left pending past their timeout are voided by the sweep. After every case each account's
+ * balances equal the sum of its journal rows.
+ *
+ * The PostgreSQL database is shared by the cases, so each case opens accounts of its own and
+ * asserts only on them (a sweep may also touch an earlier case's wallets).
+ */
+import { describe, expect, test } from "bun:test"
+import { Context, Duration, Effect, Exit, Layer, Option, References } from "effect"
+import { SqlClient } from "effect/sql"
+import { TestClock } from "effect/testing"
+import { AccountsRepo } from "../src/Admin/Repo.js"
+import { makeAccountsRepoInMemory } from "../src/Admin/RepoMemory.js"
+import { newId } from "../src/Ids.js"
+import { Ledger } from "../src/Ledger/Ledger.js"
+import { LedgerRepo } from "../src/Ledger/Repo.js"
+import { makeLedgerRepoInMemory } from "../src/Ledger/RepoMemory.js"
+import { fileDatabase } from "./support/fileDatabase.js"
+
+/** A journal row as both repositories show it. */
+interface JournalEntry {
+  readonly entryType: string
+  readonly bucket: string
+  readonly amount: number
+  readonly operation: string | null
+  readonly reason: string | null
+  readonly holdId: string | null
+}
+
+/** Reads an account's journal, in the order it was written. */
+class Journal extends Context.Service<Journal, { readonly rows: (accountId: string) => Effect.Effect<ReadonlyArray<JournalEntry>> }>()(
+  "test/Journal"
+) {}
+
+type Services = Ledger | AccountsRepo | Journal
+
+const start = Date.UTC(2026, 0, 15, 12)
+
+const postgres = fileDatabase(Layer.mergeAll(AccountsRepo.layer, LedgerRepo.layer))
+
+const postgresJournal = Layer.effect(
+  Journal,
+  Effect.map(SqlClient.SqlClient, (sql) => ({
+    rows: (accountId: string) =>
+      sql<JournalEntry>`
+        SELECT entry_type AS "entryType", bucket, amount::int AS amount, operation, reason, hold_id AS "holdId"
+          FROM credit_journal WHERE account_id = ${accountId} ORDER BY seq`.pipe(Effect.orDie)
+  }))
+)
+
+/** Runs `body` with TestClock set to `start`, the Ledger built on the backend's repository. */
+const withClock = <A, E>(body: Effect.Effect<A, E, Services>) =>
+  TestClock.setTime(start).pipe(Effect.andThen(body), Effect.provide(TestClock.layer()))
+
+const backends: ReadonlyArray<{
+  readonly name: string
+  readonly run: <A, E>(body: Effect.Effect<A, E, Services>) => Promise<Exit.Exit<A, E>>
+}> = [
+  {
+    name: "PostgreSQL",
+    run: (body) =>
+      postgres.run(Effect.exit(withClock(body).pipe(
+        Effect.provide(Layer.mergeAll(Layer.orDie(Ledger.layerWithoutDependencies), postgresJournal)),
+        Effect.provide(Layer.succeed(References.MinimumLogLevel, "Error"))
+      )))
+  },
+  {
+    name: "memory",
+    run: (body) => {
+      const accounts = makeAccountsRepoInMemory()
+      const ledger = makeLedgerRepoInMemory()
+      const journal = Layer.succeed(Journal, {
+        rows: (accountId: string) =>
+          Effect.sync(() =>
+            ledger.state.journal.filter((row) => row.accountId === accountId).map((row) => ({
+              entryType: row.entryType,
+              bucket: row.bucket,
+              amount: row.amount,
+              operation: row.operation,
+              reason: row.reason,
+              holdId: row.holdId
+            }))
+          )
+      })
+      return Effect.runPromise(Effect.exit(withClock(body).pipe(
+        Effect.provide(Layer.mergeAll(Layer.orDie(Ledger.layerWithoutDependencies).pipe(Layer.provide(ledger.layer)), accounts.layer, journal)),
+        Effect.provide(Layer.succeed(References.MinimumLogLevel, "Error"))
+      )))
+    }
+  }
+]
+
+const success = <A, E>(exit: Exit.Exit<A, E>): A => {
+  if (Exit.isFailure(exit)) throw new Error(`expected success, got ${String(exit.cause)}`)
+  return exit.value
+}
+
+/** A new account on plan pro with its wallet and opening balances, as the admin opens one. */
+const open = (opening: { readonly monthlyGrant: number; readonly monthlyBalance: number; readonly topupBalance: number }) =>
+  Effect.gen(function*() {
+    const accountId = newId("acct")
+    yield* (yield* AccountsRepo).insertAccount({ id: accountId, name: null, plan: "pro", monthlyGrant: opening.monthlyGrant })
+    yield* (yield* Ledger).openWallet(accountId, opening)
+    return accountId
+  })
+
+/** Runs one case on `backend`: a new account opened with `opening`, then `body`; answers its result. */
+const inCase = <A, E>(
+  backend: (typeof backends)[number],
+  opening: Parameters<typeof open>[0],
+  body: (ledger: Ledger["Service"], account: string) => Effect.Effect<A, E, Services>
+) => backend.run(Effect.flatMap(Effect.zip(Ledger, open(opening)), ([ledger, account]) => body(ledger, account))).then(success)
+
+/** The account's journal, and its wallet against the journal's sums: they must agree. */
+const audit = (accountId: string) =>
+  Effect.gen(function*() {
+    const rows = yield* (yield* Journal).rows(accountId)
+    const wallet = yield* (yield* Ledger).wallet(accountId)
+    const sum = (bucket: string) => rows.filter((row) => row.bucket === bucket).reduce((total, row) => total + row.amount, 0)
+    return { rows, wallet, sums: { monthly: sum("monthly"), topup: sum("topup") } }
+  })
+
+const expectBalanced = (audited: { readonly wallet: { readonly monthly: number; readonly topup: number }; readonly sums: { readonly monthly: number; readonly topup: number } }) =>
+  expect({ monthly: audited.wallet.monthly, topup: audited.wallet.topup }).toEqual(audited.sums)
+
+/** The rows a hold wrote after its reserve, as [type, bucket, amount]. */
+const afterReserve = (rows: ReadonlyArray<JournalEntry>, holdId: string) =>
+  rows.filter((row) => row.holdId === holdId && row.entryType !== "reserve").map((row) => [row.entryType, row.bucket, row.amount])
+
+for (const backend of backends) {
+  describe(`the Ledger's contract: ${backend.name}`, () => {
+    test("a reserve takes monthly credits first, then top-up", async () => {
+      const { audited, hold } = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 5, topupBalance: 10 }, (ledger, account) =>
+        Effect.gen(function*() {
+          const hold = yield* ledger.reserve(account, 8, { operation: "search" })
+          return { hold, audited: yield* audit(account) }
+        }))
+      expect(hold.balancesAfter).toEqual({ monthly: 0, topup: 7 })
+      expect(audited.wallet).toMatchObject({ monthly: 0, topup: 7 })
+      expect(audited.rows.filter((row) => row.entryType === "reserve").map((row) => [row.bucket, row.amount])).toEqual([
+        ["monthly", -5],
+        ["topup", -3]
+      ])
+      expectBalanced(audited)
+    })
+
+    test("a refund gives each credit back where it came from; a settle posts monthly first and releases top-up first", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 5, topupBalance: 10 }, (ledger, account) =>
+        Effect.gen(function*() {
+          const refundedHold = yield* ledger.reserve(account, 8, { operation: "search" })
+          const refunded = yield* ledger.refund(refundedHold.id)
+          const settledHold = yield* ledger.reserve(account, 8, { operation: "search" })
+          const settled = yield* ledger.settle(settledHold.id, 6)
+          const again = yield* ledger.refund(settledHold.id)
+          return { refunded, settled, again, refundedHold, settledHold, audited: yield* audit(account) }
+        }))
+      expect(Option.getOrThrow(outcome.refunded)).toEqual({ charged: 0, balancesAfter: { monthly: 5, topup: 10 } })
+      // 6 of the 8 held (5 monthly, 3 top-up) are posted: all 5 monthly and 1 top-up; 2 top-up come back.
+      expect(Option.getOrThrow(outcome.settled)).toEqual({ charged: 6, balancesAfter: { monthly: 0, topup: 9 } })
+      expect(Option.isNone(outcome.again)).toBe(true)
+      expect(afterReserve(outcome.audited.rows, outcome.refundedHold.id)).toEqual([["release", "topup", 3], ["release", "monthly", 5]])
+      expect(afterReserve(outcome.audited.rows, outcome.settledHold.id)).toEqual([["release", "topup", 2]])
+      expectBalanced(outcome.audited)
+    })
+
+    test("short: the reserve is refused with InsufficientCredits and nothing changes", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 1, topupBalance: 0 }, (ledger, account) =>
+        Effect.gen(function*() {
+          return { refused: yield* Effect.flip(ledger.reserve(account, 2, { operation: "search" })), audited: yield* audit(account) }
+        }))
+      expect(outcome.refused._tag).toBe("InsufficientCredits")
+      expect(outcome.audited.wallet).toMatchObject({ monthly: 1, topup: 0 })
+      expect(outcome.audited.rows.filter((row) => row.entryType === "reserve")).toEqual([])
+      expectBalanced(outcome.audited)
+    })
+
+    test("at the period end the next debit rolls over first: unused monthly credits expire, the grant is credited", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 40, topupBalance: 10 }, (ledger, account) =>
+        Effect.gen(function*() {
+          const opened = yield* ledger.wallet(account)
+          yield* TestClock.adjust("32 days")
+          const hold = yield* ledger.reserve(account, 3, { operation: "search" })
+          return { opened, hold, audited: yield* audit(account) }
+        }))
+      expect(outcome.opened.periodEnd?.toISOString()).toBe("2026-02-15T12:00:00.000Z")
+      expect(outcome.hold.balancesAfter).toEqual({ monthly: 97, topup: 10 })
+      // The new period ends one month after the last end: the anchor's day, not the rollover's.
+      expect(outcome.audited.wallet.periodEnd?.toISOString()).toBe("2026-03-15T12:00:00.000Z")
+      expect(outcome.audited.rows.filter((row) => row.operation === "rollover").map((row) => [row.entryType, row.amount, row.reason]))
+        .toEqual([["expire", -40, "monthly period ended"], ["grant", 100, "monthly grant"]])
+      expectBalanced(outcome.audited)
+    })
+
+    test("the period end is exact: a millisecond before it nothing rolls over, at it the wallet read rolls over", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 100, topupBalance: 0 }, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* ledger.charge(account, 30, { operation: "hook" })
+          yield* TestClock.setTime(Date.UTC(2026, 1, 15, 12) - 1)
+          const before = yield* ledger.wallet(account)
+          yield* TestClock.adjust("1 millis")
+          const at = yield* ledger.wallet(account)
+          return { before, at, audited: yield* audit(account) }
+        }))
+      expect(outcome.before).toMatchObject({ monthly: 70, periodEnd: new Date("2026-02-15T12:00:00.000Z") })
+      expect(outcome.at).toMatchObject({ monthly: 100, periodEnd: new Date("2026-03-15T12:00:00.000Z") })
+      expectBalanced(outcome.audited)
+    })
+
+    test("the sweep's rollover moves every wallet whose period ended, however many periods it missed", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 60, topupBalance: 0 }, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* TestClock.adjust("95 days")
+          yield* ledger.rollover(null)
+          return yield* audit(account)
+        }))
+      // Jan 15 + 95 days is Apr 20: three ends passed (Feb, Mar, Apr 15), one rollover, the next end May 15.
+      expect(outcome.wallet).toMatchObject({ monthly: 100, periodEnd: new Date("2026-05-15T12:00:00.000Z") })
+      expect(outcome.rows.filter((row) => row.operation === "rollover").map((row) => [row.entryType, row.amount]))
+        .toEqual([["expire", -60], ["grant", 100]])
+      expectBalanced(outcome)
+    })
+
+    test("a grant after the period ended rolls over first, so it lands in the new period", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 100, topupBalance: 0 }, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* TestClock.adjust("31 days")
+          return { granted: yield* ledger.grant(account, "monthly", 5, { reason: "goodwill" }), audited: yield* audit(account) }
+        }))
+      expect(outcome.granted).toMatchObject({ monthly: 105, topup: 0 })
+      expectBalanced(outcome.audited)
+    })
+
+    test("monthly credits held across a rollover expire when the hold is resolved; top-up comes back", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 5, topupBalance: 10 }, (ledger, account) =>
+        Effect.gen(function*() {
+          const hold = yield* ledger.reserve(account, 8, { operation: "prediction", expires: false })
+          yield* TestClock.adjust("31 days")
+          yield* ledger.wallet(account)
+          const refunded = yield* ledger.refund(hold.id)
+          return { hold, refunded, audited: yield* audit(account) }
+        }))
+      expect(Option.getOrThrow(outcome.refunded).balancesAfter).toEqual({ monthly: 100, topup: 10 })
+      expect(afterReserve(outcome.audited.rows, outcome.hold.id)).toEqual([
+        ["release", "topup", 3],
+        ["release", "monthly", 5],
+        ["expire", "monthly", -5]
+      ])
+      expectBalanced(outcome.audited)
+    })
+
+    test("a grant's reference credits once; the same reference with another amount is refused", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 0, monthlyBalance: 0, topupBalance: 0 }, (ledger, account) =>
+        Effect.gen(function*() {
+          const details = { referenceId: "inv_1" }
+          yield* ledger.grant(account, "topup", 50, details)
+          const repeat = yield* ledger.grant(account, "topup", 50, details)
+          const conflict = yield* Effect.flip(ledger.grant(account, "topup", 60, details))
+          return { repeat, conflict, audited: yield* audit(account) }
+        }))
+      expect(outcome.repeat.topup).toBe(50)
+      expect(outcome.conflict._tag).toBe("ValidationFailed")
+      expect(outcome.audited.rows.map((row) => [row.entryType, row.amount])).toEqual([["grant", 50]])
+      expectBalanced(outcome.audited)
+    })
+
+    test("a plan change starts a new period now: unused monthly credits expire, the new grant is credited", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 100, monthlyBalance: 100, topupBalance: 0 }, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* ledger.charge(account, 10, { operation: "hook" })
+          yield* TestClock.adjust("10 days")
+          yield* (yield* AccountsRepo).changePlan(account, "business", 1000)
+          yield* ledger.startNewPeriod(account, 1000)
+          return yield* audit(account)
+        }))
+      expect(outcome.wallet).toMatchObject({ monthly: 1000, periodEnd: new Date("2026-02-25T12:00:00.000Z") })
+      expect(outcome.rows.filter((row) => row.operation === "rollover").map((row) => [row.entryType, row.amount, row.reason]))
+        .toEqual([["expire", -90, "plan changed"], ["grant", 1000, "plan changed"]])
+      expectBalanced(outcome)
+    })
+
+    test("a hold left pending past HOLD_TIMEOUT is voided by the sweep, its credits back; not a moment before", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 0, monthlyBalance: 0, topupBalance: 10 }, (ledger, account) =>
+        Effect.gen(function*() {
+          const hold = yield* ledger.reserve(account, 2, { operation: "search" })
+          const prediction = yield* ledger.reserve(account, 3, { operation: "prediction", expires: false })
+          yield* TestClock.setTime(start + Duration.toMillis(ledger.config.holdTimeout) - 1)
+          yield* ledger.voidExpiredHolds
+          const early = yield* audit(account)
+          yield* TestClock.adjust("1 millis")
+          yield* ledger.voidExpiredHolds
+          return { hold, prediction, early, late: yield* audit(account), again: yield* ledger.settle(hold.id, 1) }
+        }))
+      expect(outcome.early.wallet.topup).toBe(5)
+      expect(afterReserve(outcome.early.rows, outcome.hold.id)).toEqual([])
+      // Voided: the 2 come back; the prediction's hold has no timeout and stays.
+      expect(outcome.late.wallet.topup).toBe(7)
+      expect(afterReserve(outcome.late.rows, outcome.hold.id)).toEqual([["release", "topup", 2]])
+      expect(afterReserve(outcome.late.rows, outcome.prediction.id)).toEqual([])
+      expect(Option.isNone(outcome.again)).toBe(true)
+      expectBalanced(outcome.late)
+    })
+  })
+}

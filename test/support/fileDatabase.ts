@@ -1,0 +1,36 @@
+/**
+ * A database of a test file's own: created before the file's tests, migrated as `layer` is built
+ * on it (with the SqlClient, kept in the runtime), and dropped after them.
+ */
+import { afterAll, beforeAll } from "bun:test"
+import { ConfigProvider, Effect, Layer, ManagedRuntime, References } from "effect"
+import type { SqlClient } from "effect/sql"
+import { SqlLive } from "../../src/Sql.js"
+import { createDatabase, dropDatabase } from "./server.js"
+
+export const fileDatabase = <A>(layer: Layer.Layer<A, unknown, SqlClient.SqlClient>) => {
+  let databaseUrl = ""
+  let runtime: ManagedRuntime.ManagedRuntime<A | SqlClient.SqlClient, unknown> | undefined
+  beforeAll(async () => {
+    databaseUrl = await createDatabase()
+    runtime = ManagedRuntime.make(
+      layer.pipe(
+        Layer.provideMerge(SqlLive),
+        Layer.provide(Layer.succeed(References.MinimumLogLevel, "Warn")),
+        Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { DATABASE_URL: databaseUrl, PG_MAX_CONNECTIONS: "4" } })))
+      )
+    )
+    // Built (and migrated) here, not in the first test.
+    await runtime.runPromise(Effect.void)
+  }, 60_000)
+  afterAll(async () => {
+    await runtime?.dispose()
+    if (databaseUrl !== "") await dropDatabase(databaseUrl)
+  }, 60_000)
+  return {
+    run: <X, E>(effect: Effect.Effect<X, E, A | SqlClient.SqlClient>): Promise<X> => {
+      if (runtime === undefined) throw new Error("fileDatabase: used outside the file's tests")
+      return runtime.runPromise(effect)
+    }
+  }
+}
