@@ -43,6 +43,8 @@ describe.skipIf(!haveChromium && process.env.CI === undefined)("/docs in a brows
   let context: BrowserContext
   let page: Page
   let account: { accountId: string; key: string }
+  /** Every request the page tried to send anywhere but the server (each is aborted). */
+  const leftTheServer: Array<string> = []
 
   beforeAll(async () => {
     if (!haveChromium) throw new Error(missingChromium)
@@ -65,7 +67,10 @@ describe.skipIf(!haveChromium && process.env.CI === undefined)("/docs in a brows
     })
     page = context.pages()[0] ?? (await context.newPage())
     // The page must work offline: any request that leaves the server is a failure.
-    await page.route((url) => !url.href.startsWith(server.url), (route) => route.abort())
+    await page.route((url) => !url.href.startsWith(server.url), (route) => {
+      leftTheServer.push(route.request().url())
+      return route.abort()
+    })
     await page.goto(`${server.url}/docs`)
     await page.locator(".opblock").first().waitFor()
   })
@@ -120,5 +125,9 @@ describe.skipIf(!haveChromium && process.env.CI === undefined)("/docs in a brows
     await expect(live.locator(".response-col_status").first().textContent()).resolves.toContain("200")
     const shownBody = await live.locator(".response-col_description pre").first().textContent()
     expect(JSON.parse(shownBody ?? "null")).toEqual(wallet)
+  })
+
+  test("the page, loaded and used, sent nothing anywhere but the server (no CDN, no online validator)", () => {
+    expect(leftTheServer).toEqual([])
   })
 })
