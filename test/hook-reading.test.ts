@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { ConfigProvider, Effect, Layer } from "effect"
 import { join } from "node:path"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
-import { agreedCategory, neighboursBy, queryWords, rankNeighbours } from "../src/Predictions/HookNeighbours.js"
+import { lexemesOf } from "../src/Hooks/EnglishLexemes.js"
 import { mergeReadings, wordsOf } from "../src/Predictions/HookText.js"
 import { ClipScorer } from "../src/Predictions/Scorer.js"
 import { type CaptionClipOptions, captionClipDir, makeCaptionClip } from "./support/captionClips.js"
@@ -49,16 +49,23 @@ afterAll(() => server.close())
 
 const resultOf = (name: ClipName) => results.get(name)!.result!
 
-/** What a user checks of similar hooks: up to 3 catalog hooks, each sharing words with what was read, the nearest of the named category. */
+/**
+ * What a user checks of similar hooks: up to 3 catalog hooks, highest score first, each sharing
+ * a word with what was read, the nearest of the named category.
+ */
 const expectNeighbours = (name: ClipName, category: string) => {
   const result = resultOf(name)
-  const read = new Set(queryWords(result.hook_text!))
+  const read = new Set(lexemesOf(result.hook_text!))
   expect(result.similar_hooks.length).toBeGreaterThan(0)
   expect(result.similar_hooks.length).toBeLessThanOrEqual(3)
   for (const hook of result.similar_hooks) {
     expect(hook.id).toMatch(/^hook_/)
-    expect(queryWords(hook.text).filter((word) => read.has(word)).length).toBeGreaterThanOrEqual(2)
+    expect(lexemesOf(hook.text).some((word) => read.has(word))).toBe(true)
+    expect(hook.score).toBeGreaterThan(0)
+    expect(hook.score).toBeLessThanOrEqual(1)
   }
+  const scores = result.similar_hooks.map((hook) => hook.score)
+  expect(scores).toEqual(scores.toSorted((a, b) => b - a))
   expect(result.similar_hooks[0].category).toBe(category)
   expect(result.category).toEqual({ slug: category })
 }
@@ -149,7 +156,7 @@ describe("SCORER_READ_TEXT=false", () => {
   })
 })
 
-describe("merging readings and the category rule", () => {
+describe("merging readings", () => {
   const word = (text: string, confidence = 95) => ({ text, confidence })
   const line = (text: string, confidence = 95) => text.split(" ").map((w) => word(w, confidence))
 
@@ -168,39 +175,7 @@ describe("merging readings and the category rule", () => {
     expect(mergeReadings([[[word("How"), word("I", 50), word("a", 45), word("xq", 55)]]], 0.6)?.text).toBe("How I")
   })
 
-  test("a hook sharing two common words is found, though neither word's first page holds it", async () => {
-    const filler = (word: string, n: number) =>
-      Array.from({ length: n }, (_, i) => ({ id: `hook_${word}${i}`, text: `${word} tip number ${i}`, category: "fitness" }))
-    const target = { id: "hook_target", text: "Why your squat gains stall", category: "fitness" }
-    const catalog = [...filler("squat", 120), ...filler("gains", 120), target]
-    // The catalog's search: hooks holding every word of the query, 50 a page.
-    const search = (query: string) => {
-      const found = catalog.filter((hook) => query.split(" ").every((word) => queryWords(hook.text).includes(word)))
-      return Effect.succeed({ hooks: found.slice(0, 50), more: found.length > 50 })
-    }
-    const neighbours = await Effect.runPromise(neighboursBy(search, "3 mistakes killing your squat gains"))
-    expect(neighbours.similar[0]).toEqual(target)
-  })
-
   test("a caption revealed word by word keeps its whole form", () => {
     expect(mergeReadings([[line("Stop")], [line("Stop scrolling now")]], 0.6)?.text).toBe("Stop scrolling now")
-  })
-
-  test("similar hooks rank by the rarer words shared; the category is the one most words belong to, else none", () => {
-    const words = queryWords("Stop scrolling if you hate meal prep")
-    expect(words).toEqual(["stop", "scrolling", "hate", "meal", "prep"])
-    const hooks = [
-      { id: "hook_a", text: "Meal prep for the week", category: "food-cooking" },
-      { id: "hook_b", text: "Stop scrolling if you want to meal prep", category: "food-cooking" },
-      { id: "hook_c", text: "Stop scrolling if you want to save money", category: "personal-finance" }
-    ]
-    const pages = [hooks, hooks, [], hooks.slice(0, 2), hooks.slice(0, 2)]
-    expect(rankNeighbours(words, pages).map((hook) => hook.id)).toEqual(["hook_b", "hook_a", "hook_c"])
-    // Every word's hooks are mostly food-cooking (2 of 3, or all): each word votes for it.
-    expect(agreedCategory(pages)).toEqual({ slug: "food-cooking" })
-    const spread = [{ category: "a" }, { category: "b" }]
-    expect(agreedCategory([spread, spread])).toBeNull()
-    expect(agreedCategory([[{ category: "a" }], [{ category: "b" }]])).toBeNull()
-    expect(agreedCategory([])).toBeNull()
   })
 })

@@ -134,3 +134,17 @@ export const substringPageSql = `
     FROM hook_substring_page($1::text, $2::bigint, $3::text, $4::integer, $5::integer) WITH ORDINALITY AS p(id, k1, k2, ord)
     JOIN hooks h ON h.id = p.id
    ORDER BY p.ord`
+
+/**
+ * The hooks nearest to a line (migrations/0012_hook_neighbours.ts, src/Hooks/NeighbourRule.ts):
+ * $1 the line's lexemes (lexemesParameter), $2 rows wanted, $3 rare budget, $4 common sample, $5 walk window.
+ */
+export const neighboursSql = `
+  SELECT n.id, h.text, h.category, n.score
+    FROM hook_neighbours($1::text[], $2::integer, $3::integer, $4::integer, $5::integer) WITH ORDINALITY AS n(id, score, sort_ms, ord)
+    JOIN hooks h ON h.id = n.id
+   ORDER BY n.ord`
+
+/** A line's lexemes as one text[] parameter (typed: an empty array has no type to infer). */
+export const lexemesParameter = (lexemes: ReadonlyArray<string>): PgTypes.Parameter =>
+  Result.getOrThrow(PgTypes.array([...lexemes], PgTypes.OID.text))

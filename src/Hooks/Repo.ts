@@ -19,7 +19,9 @@ import {
   hasSearchableWordSql,
   hookColumnParams,
   hookSql,
+  lexemesParameter,
   listPageSql,
+  neighboursSql,
   searchPageSql,
   stageHooksSql,
   substringPageSql,
@@ -28,6 +30,7 @@ import {
 } from "./CatalogSql.js"
 import { CatalogConfig } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
+import { type NeighbourBounds, neighbourBounds } from "./NeighbourRule.js"
 
 /** A HookLean as the database returns it: published_at is a Date there, not an ISO string. */
 export const LeanRow = Schema.Struct({ ...HookLean.fields, published_at: Schema.NullOr(Schema.Date) })
@@ -87,6 +90,9 @@ const pageRows = <S extends Schema.Decoder<{ readonly id: string }>>(schema: S):
 }
 const decodeSearchRows = pageRows(SearchRow)
 const decodeListRows = pageRows(ListRow)
+const decodeNeighbourRows = rowsOf(
+  Schema.Struct({ id: Schema.String, text: Schema.String, category: Schema.NullOr(Schema.String), score: Schema.Number })
+)
 const decodeRichRows = rowsOf(RichRow)
 const decodeCategories = rowsOf(HookCategory)
 const decodeFound = rowsOf(Schema.Struct({ found: Schema.Boolean }))
@@ -150,6 +156,10 @@ const statements = (sql: SqlClient.SqlClient) => {
     /** A category's hooks, newest first. */
     listPage: ({ after: [k2, id], category, rows }: ListPageRequest) => readPage(decodeListRows, listPageSql, [category, k2, id, rows]),
 
+    /** The hooks nearest to a line's lexemes, nearest first (NeighbourRule.ts). */
+    neighbours: (lexemes: ReadonlyArray<string>, rows: number, { commonSample, rareBudget }: NeighbourBounds, walkWindow: number) =>
+      readPage(decodeNeighbourRows, neighboursSql, [lexemesParameter(lexemes), rows, rareBudget, commonSample, walkWindow]),
+
     findHook: (id: string) => Effect.map(read(decodeRichRows, hookSql, [id]), (rows) => Option.fromNullishOr(rows[0])),
 
     /** Inserts or updates hooks in one statement (a batch must not repeat an id); counts both. */
@@ -181,7 +191,8 @@ const importStatements = (sql: SqlClient.SqlClient) => ({
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const { searchTimeout } = yield* CatalogConfig
+  const config = yield* CatalogConfig
+  const { searchTimeout } = config
   const bounded = atRepoBoundary("CatalogRepo", statements(sql))
 
   /**
@@ -204,7 +215,9 @@ const make = Effect.gen(function*() {
     catalogVersion: bounded.catalogVersion(),
     searchPage: (request: SearchPageRequest) => searchDeadline(bounded.searchPage(request)),
     substringPage: (request: SearchPageRequest) => searchDeadline(bounded.substringPage(request)),
-    listPage: (request: ListPageRequest) => listDeadline(bounded.listPage(request))
+    listPage: (request: ListPageRequest) => listDeadline(bounded.listPage(request)),
+    neighbours: (lexemes: ReadonlyArray<string>, rows: number, bounds: NeighbourBounds = neighbourBounds) =>
+      searchDeadline(bounded.neighbours(lexemes, rows, bounds, config.searchWalkWindow))
   } as const
 })
 

@@ -6,6 +6,8 @@
  * C.UTF-8 in the tests: the two agree on ids, slugs and ASCII names).
  *
  * What differs:
+ * - The nearest hooks to a line follow the database's rule and numbers (NeighbourRule.ts), on the
+ *   lexemes EnglishLexemes.ts makes of each hook.
  * - Full-text search is a case-insensitive match of whole words (runs of letters and digits), with
  *   no stemming and no stop words: a hook matches when it holds every word of the query, k1 is how
  *   many times the query's words occur in it, ordered (k1, sort_ms, id) descending. PostgreSQL ranks
@@ -22,7 +24,9 @@ import { Effect, Layer, Option } from "effect"
 import type { HookCategory } from "./Api.js"
 import { topSortMs } from "./CatalogSql.js"
 import { toLean } from "./HookCatalog.js"
+import { lexemesOf } from "./EnglishLexemes.js"
 import type { HookRecord } from "./HookRecord.js"
+import { nearestInMemory, type NeighbourBounds, neighbourBounds } from "./NeighbourRule.js"
 import { CatalogRepo, type ListPageRequest, type ListRow, type RichRow, type SearchPageRequest, type SearchRow } from "./Repo.js"
 
 /** hook_search.sort_ms of a hook without published_at (migration 0002): below every real date. */
@@ -187,6 +191,28 @@ const pageStatements = (state: MemoryCatalogState) => {
   }
 }
 
+/** The nearest hooks to a line, by NeighbourRule.ts on each hook's lexemes. */
+const neighbourStatements = (state: MemoryCatalogState) => {
+  /** A row's lexemes, kept while the row is (a write replaces the row object). */
+  const lexemes = new WeakMap<RichRow, ReadonlySet<string>>()
+  const lexemesOfRow = (row: RichRow) => {
+    const known = lexemes.get(row)
+    if (known !== undefined) return known
+    const made: ReadonlySet<string> = new Set(lexemesOf(row.text))
+    lexemes.set(row, made)
+    return made
+  }
+  const neighbours = (lineLexemes: ReadonlyArray<string>, rows: number, bounds: NeighbourBounds = neighbourBounds) =>
+    Effect.sync(() =>
+      nearestInMemory(
+        [...state.hooks.values()].map((row) => ({ ...row, sortMs: sortMsOf(row), lexemes: lexemesOfRow(row) })),
+        lineLexemes,
+        rows,
+        bounds
+      ))
+  return { neighbours }
+}
+
 const writeStatements = (state: MemoryCatalogState) => {
   /** Writes rows (ids distinct); answers which were new. Any write moves the catalog version on. */
   const write = (rows: ReadonlyArray<RichRow>) => {
@@ -259,6 +285,7 @@ export const makeCatalogRepoInMemory = (seed: CatalogSeed = {}) => {
     ...categoryStatements(state),
     catalogVersion: Effect.sync(() => state.version),
     ...pageStatements(state),
+    ...neighbourStatements(state),
     ...writeStatements(state)
   }
   return { layer: Layer.succeed(CatalogRepo, repo), state }

@@ -31,14 +31,19 @@ export { Band, PredictionErrorType, PredictionStatus }
 export const SimilarHook = Schema.Struct({
   id: Schema.String,
   text: Schema.String,
-  category: Schema.NullOr(Schema.String)
+  category: Schema.NullOr(Schema.String),
+  score: Schema.Finite.check(Schema.isBetween({ minimum: 0, maximum: 1 })).annotate({
+    description: "How much of hook_text this hook shares, 0 to 1 (three significant digits): the share of the line's words it " +
+      "holds, each word weighted by how rare it is in the catalog; 1 when it holds every word."
+  })
 }).annotate({ identifier: "SimilarHook", description: "A catalog hook near the clip's on-screen hook (GET /v1/hooks/{id} has the rest)." })
 
 export const PredictionResult = Schema.Struct({
   band: Band,
   hook_duration_sec: Schema.NullOr(Schema.Finite),
   category: Schema.NullOr(Schema.Struct({ slug: Schema.String })).annotate({
-    description: "The category the catalog hooks nearest to hook_text agree on; null when they do not, or nothing was read."
+    description: "The category the catalog hooks nearest to hook_text point to (docs/behaviour.md has the rule); null when they " +
+      "tie or have none, or nothing was read."
   }),
   hook_text: Schema.NullOr(Schema.String).annotate({
     description: "The hook line read on screen in the opening (a caption that changes gives its parts, one per line); " +
@@ -48,7 +53,8 @@ export const PredictionResult = Schema.Struct({
     description: "How sure the reading of hook_text is, 0 to 1 (mean word confidence); null with hook_text."
   }),
   similar_hooks: Schema.Array(SimilarHook).annotate({
-    description: "Up to 3 catalog hooks nearest to hook_text, nearest first; empty when nothing was read or none is near."
+    description: "Up to 3 catalog hooks nearest to hook_text, highest score first; empty when nothing was read or no catalog hook " +
+      "holds a word of it (other than words like \"the\" or \"you\")."
   })
 }).annotate({ identifier: "PredictionResult" })
 export type PredictionResult = typeof PredictionResult.Type

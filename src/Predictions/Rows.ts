@@ -5,6 +5,9 @@ import { type Prediction, type PredictionResult, SimilarHook } from "./Api.js"
 import { Band, PredictionErrorType, PredictionStatus } from "./Domain.js"
 import type { ClipScore } from "./Scorer.js"
 
+/** A stored similar hook; those stored before hooks had a score lack it (answered as 0: unknown). */
+const StoredSimilarHook = Schema.Struct({ ...SimilarHook.fields, score: Schema.optionalKey(Schema.Number) })
+
 /** The stored result; results stored before hooks were read lack the hook fields (read as nothing read). */
 export const StoredResult = Schema.Struct({
   band: Band,
@@ -12,7 +15,7 @@ export const StoredResult = Schema.Struct({
   category: Schema.NullOr(Schema.Struct({ slug: Schema.String })),
   hook_text: Schema.optionalKey(Schema.NullOr(Schema.String)),
   hook_text_confidence: Schema.optionalKey(Schema.NullOr(Schema.Number)),
-  similar_hooks: Schema.optionalKey(Schema.Array(SimilarHook))
+  similar_hooks: Schema.optionalKey(Schema.Array(StoredSimilarHook))
 })
 
 /** The hook fields of a stored result, from a score (Jobs.ts writes them with the band). */
@@ -28,7 +31,7 @@ const toResult = (result: typeof StoredResult.Type): PredictionResult => ({
   category: result.category,
   hook_text: result.hook_text ?? null,
   hook_text_confidence: result.hook_text_confidence ?? null,
-  similar_hooks: result.similar_hooks ?? []
+  similar_hooks: (result.similar_hooks ?? []).map((hook) => ({ ...hook, score: hook.score ?? 0 }))
 })
 
 export const PredictionRow = Schema.Struct({
