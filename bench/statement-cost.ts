@@ -62,6 +62,10 @@ await measure("@effect/sql-pg statement", effects(statementOf))
 await measure("@effect/sql-pg + Effect.timeout", effects((n) => Effect.timeout(statementOf(n), Duration.seconds(5))))
 await measure("@effect/sql-pg + Effect.scoped", effects((n) => Effect.scoped(statementOf(n))))
 await measure("@effect/sql-pg + Effect.withSpan", effects((n) => Effect.withSpan(statementOf(n), "span")))
+const spanFn = Effect.fn("span")(function*(n: number) {
+  return yield* statementOf(n)
+})
+await measure("@effect/sql-pg + Effect.fn(\"span\")", effects(spanFn))
 await measure("@effect/sql-pg + traced (span only when tracing)", effects((n) => traced("span")(statementOf(n))))
 
 await runtime.dispose()
