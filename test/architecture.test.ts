@@ -12,7 +12,10 @@ import { dirname, join, normalize, relative } from "node:path"
 
 const src = join(import.meta.dir, "..", "src")
 
-const sourceFiles = (readdirSync(src, { recursive: true }) as Array<string>).filter((file) => file.endsWith(".ts"))
+const allFiles = (readdirSync(src, { recursive: true, withFileTypes: true }))
+  .filter((entry) => entry.isFile())
+  .map((entry) => relative(src, join(entry.parentPath, entry.name)))
+const sourceFiles = allFiles.filter((file) => file.endsWith(".ts"))
 
 /**
  * The relative paths a source text imports, in every form: `… from "x"` (also `export … from`),
@@ -21,13 +24,17 @@ const sourceFiles = (readdirSync(src, { recursive: true }) as Array<string>).fil
 export const importedPaths = (text: string): Array<string> =>
   [...text.matchAll(/(?:\bfrom|\bimport)\s*\(?\s*(["'`])(\.{1,2}\/[^"'`$]+)\1/g)].map(([, , path]) => path!)
 
-/** file (relative to src/) → the src/ files it imports (type-only imports included: they are arrows too). */
-const imports = new Map(sourceFiles.map((file) => {
-  const targets = importedPaths(readFileSync(join(src, file), "utf8")).map((path) =>
-    normalize(join(dirname(file), path)).replace(/\.js$/, ".ts")
-  )
-  return [file, targets.filter((target) => !relative(src, join(src, target)).startsWith(".."))] as const
-}))
+/**
+ * file (relative to src/) → the src/ files it imports (type-only imports included: they are
+ * arrows too), from each file's text.
+ */
+const importGraph = (texts: ReadonlyMap<string, string>): Map<string, Array<string>> =>
+  new Map([...texts].map(([file, text]) => {
+    const targets = importedPaths(text).map((path) => normalize(join(dirname(file), path)).replace(/\.js$/, ".ts"))
+    return [file, targets.filter((target) => !relative(src, join(src, target)).startsWith(".."))] as const
+  }))
+
+const imports = importGraph(new Map(sourceFiles.map((file) => [file, readFileSync(join(src, file), "utf8")])))
 
 /** The strongly connected components with more than one member (Tarjan). */
 const circles = (edges: ReadonlyMap<string, ReadonlySet<string>>): Array<Array<string>> => {
@@ -74,6 +81,53 @@ const entryPoints = new Set(["main.ts", "Admin/Cli.ts"])
 /** A file's room: its folder under src/, or for a top-level file the file itself. */
 const roomOf = (file: string): string => (file.includes("/") ? file.split("/")[0]! : file)
 
+/** Room → the rooms its files import (entry points and arrows into the contract left out). */
+const roomGraph = (files: ReadonlyMap<string, ReadonlyArray<string>>): Map<string, Set<string>> => {
+  const rooms = new Map<string, Set<string>>()
+  for (const [file, targets] of files) {
+    if (entryPoints.has(file)) continue
+    const from = roomOf(file)
+    for (const target of targets) {
+      const to = roomOf(target)
+      if (to === from || contract.has(target)) continue
+      rooms.set(from, (rooms.get(from) ?? new Set()).add(to))
+    }
+  }
+  return rooms
+}
+
+const fileGraph = (files: ReadonlyMap<string, ReadonlyArray<string>>) => new Map([...files].map(([file, targets]) => [file, new Set(targets)]))
+
+describe("the checker, on crafted sources", () => {
+  test("a file circle made of a single-quoted side-effect import, a dynamic import and an export-from is found", () => {
+    const crafted = importGraph(
+      new Map([
+        ["Wallet/Charge.ts", `import '../Shared.js'`],
+        ["Shared.ts", `const later = () => import("./Wallet/Refund.js")`],
+        ["Wallet/Refund.ts", `export { charge } from './Charge.js'`],
+        ["Wallet/Leaf.ts", `import { Effect } from "effect"`]
+      ])
+    )
+    expect(circles(fileGraph(crafted))).toEqual([["Shared.ts", "Wallet/Charge.ts", "Wallet/Refund.ts"]])
+  })
+
+  test("a room circle through a top-level file is found, and a one-way graph passes", () => {
+    const circle = importGraph(
+      new Map([
+        ["Admin/Accounts.ts", `import { banner } from "../Banner.js"`],
+        ["Banner.ts", `import { demo } from './Demo.js'`],
+        ["Demo.ts", `import type { Plan } from "./Admin/Plans.js"`],
+        ["Admin/Plans.ts", ""]
+      ])
+    )
+    expect(circles(fileGraph(circle))).toEqual([])
+    expect(circles(roomGraph(circle))).toEqual([["Admin", "Banner.ts", "Demo.ts"]])
+
+    const oneWay = importGraph(new Map([["Admin/Accounts.ts", `import "../Banner.js"`], ["Banner.ts", `import "./Ids.js"`], ["Ids.ts", ""]]))
+    expect(circles(roomGraph(oneWay))).toEqual([])
+  })
+})
+
 describe("imports", () => {
   test("every import form is read", () => {
     const text = [
@@ -103,6 +157,8 @@ describe("imports", () => {
   })
 
   test("every file of src/ is read, top-level files included", () => {
+    // A source of another kind (.tsx, .mts, .js) would escape the checks below.
+    expect(allFiles.filter((file) => !file.endsWith(".ts"))).toEqual([])
     expect(imports.has("main.ts")).toBe(true)
     expect(imports.has("Errors.ts")).toBe(true)
     expect(imports.size).toBe(sourceFiles.length)
@@ -115,20 +171,11 @@ describe("imports", () => {
   })
 
   test("no file imports itself back through others", () => {
-    expect(circles(new Map([...imports].map(([file, targets]) => [file, new Set(targets)])))).toEqual([])
+    expect(circles(fileGraph(imports))).toEqual([])
   })
 
   test("no room imports a room that depends on it", () => {
-    const rooms = new Map<string, Set<string>>()
-    for (const [file, targets] of imports) {
-      if (entryPoints.has(file)) continue
-      const from = roomOf(file)
-      for (const target of targets) {
-        const to = roomOf(target)
-        if (to === from || contract.has(target)) continue
-        rooms.set(from, (rooms.get(from) ?? new Set()).add(to))
-      }
-    }
+    const rooms = roomGraph(imports)
     expect(rooms.size).toBeGreaterThan(5)
     expect(circles(rooms)).toEqual([])
   })
