@@ -1,7 +1,7 @@
 /**
- * The one walk over the API's declared endpoints. The access rules, the idempotent success
- * schemas and the route templates of metrics and logs are tables built from it, keyed as the
- * router matches a request (`routeKey`: "GET /v1/hooks/:id").
+ * The one walk over the API's declared endpoints. The access rules and the route templates of
+ * metrics and logs are tables built from it, keyed as the router matches a request (`routeKey`:
+ * "GET /v1/hooks/:id").
  */
 import { Option } from "effect"
 import type { HttpApiEndpoint } from "effect/http-api"

@@ -44,6 +44,7 @@ export const errorCodes = {
   ServiceUnavailable: { type: "service_unavailable", status: 503 },
   AuthorizationNotAllowed: { type: "authorization_not_allowed", status: 400 },
   UploadAlreadyUsed: { type: "upload_already_used", status: 409 },
+  IdempotencyInProgress: { type: "idempotency_in_progress", status: 409 },
   UploadExpired: { type: "upload_expired", status: 410 },
   UnsupportedMediaType: { type: "unsupported_media_type", status: 415 },
   UnpaidClipsLimit: { type: "unpaid_clips_limit", status: 429 },
@@ -155,6 +156,14 @@ export const DatabaseUnavailableWire = envelope(ServiceUnavailable, "The databas
 export const SearchTimedOutWire = envelope(ServiceUnavailable, "The search timed out: the search or list ran longer than SEARCH_TIMEOUT (3 seconds by default) and was cancelled; nothing was charged. " +
     "Retry, or use more specific words. Also answered while the server shuts down.",
   "Error_service_unavailable_search_timed_out"
+)
+
+export class IdempotencyInProgress extends Schema.TaggedError<IdempotencyInProgress>()("IdempotencyInProgress", {
+  message: Schema.String
+}) {}
+export const IdempotencyInProgressWire = envelope(IdempotencyInProgress, "The first request sent with this Idempotency-Key is still committing, or its outcome is unknown (its connection to the " +
+    "database was lost at COMMIT and the database cannot tell yet whether it committed). Retry with the same key: once the outcome is " +
+    "known you get that request's answer, or, if it did not commit, it runs once."
 )
 
 // Upload PUT errors (docs/behaviour.md, "Clip scoring").

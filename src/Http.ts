@@ -11,6 +11,7 @@ import { AdminHandlers } from "./Admin/Http.js"
 import { HooklineApi } from "./Api.js"
 import { AuthenticationLive } from "./Auth/Http.js"
 import { HooksHandlers } from "./Hooks/Http.js"
+import { IdempotencyKeysLive } from "./Idempotency/Http.js"
 import { WalletHandlers } from "./Ledger/Http.js"
 import { PredictHandlers, UploadHandlers } from "./Predictions/Http.js"
 import { DocsLive } from "./System/Docs.js"
@@ -32,6 +33,7 @@ export const ApiLive = HttpApiBuilder.layer(HooklineApi, { openapiPath: "/openap
     SystemHandlers
   ]),
   Layer.provide(AuthenticationLive),
+  Layer.provide(IdempotencyKeysLive),
   Layer.provide(Layer.succeed(ApiErrors, ApiErrorsLive))
 )
 

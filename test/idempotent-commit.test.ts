@@ -8,6 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { expectEnvelope } from "./support/envelope.js"
+import { waitFor } from "./support/outage.js"
 import { pgProxy } from "./support/pgProxy.js"
 import { type AccountBody, createDatabase, dropDatabase, type ErrorBody, startTestServer, type TestServer, type WalletBody } from "./support/server.js"
 
@@ -109,7 +110,8 @@ describe("a grant whose connection is cut at COMMIT", () => {
     expect(messageOf(first)).toContain("its outcome is unknown")
     proxy.restore()
     expect(await grantsOf(accountId)).toEqual({ grants: 0, topup: 0 })
-    // The key stays held until its lock times out (1 s here): the retry waits for it, then runs.
+    // The key stays held until the server, asking again in the background, finds it was not committed
+    // and frees it (or its lock times out, 1 s here): the retry waits for that, then runs.
     const retry = await grant(accountId, "grant-unknown-rolled-back")
     expect(retry.status).toBe(200)
     expect(retry.headers.get("idempotent-replayed")).toBeNull()
@@ -120,7 +122,141 @@ describe("a grant whose connection is cut at COMMIT", () => {
   })
 })
 
+/** The statuses of the rows under an Idempotency-Key (none once it is freed). */
+const keyRows = async (key: string) =>
+  (await server.db.query("SELECT status FROM idempotency_keys WHERE key = $1", [key])).rows.map((row) => row.status as string)
+
+/** The answer of a request whose transaction is held open on a session its server lost: outcome unknown, counted, no charge. */
+const expectOutcomeUnknown = async (answer: Awaited<ReturnType<typeof grant>>, unknownBefore: number) => {
+  expectEnvelope(answer, 503, "service_unavailable")
+  expect(messageOf(answer)).toContain("its outcome is unknown")
+  expect(messageOf(answer)).toContain("409 idempotency_in_progress")
+  expect(answer.headers.get("retry-after")).not.toBeNull()
+  expect(answer.headers.get("x-credits-charged")).toBeNull()
+  expect(await outcomeUnknownCount()).toBe(unknownBefore + 1)
+}
+
+/** Retries while the outcome is unknown: each refused 409 in the envelope, none run, none counted again. */
+const expectRefusedWhileUnknown = async (send: () => ReturnType<typeof grant>, unknownBefore: number) => {
+  const retries = await Promise.all([send(), send(), send()])
+  for (const retry of retries) {
+    expectEnvelope(retry, 409, "idempotency_in_progress")
+    expect(messageOf(retry)).toContain("its outcome is unknown")
+    expect(retry.headers.get("idempotent-replayed")).toBeNull()
+  }
+  expect(await outcomeUnknownCount()).toBe(unknownBefore + 1)
+}
+
+/** A fresh account, the unknown-outcome count before, and its first grant under `key`, the proxy armed to cut it `at`. */
+const firstGrantCut = async (key: string, at: "holdCommit" | "cutBeforeCommit") => {
+  const { accountId } = await server.account({ plan: "pro", topup_balance: 0 })
+  const unknownBefore = await outcomeUnknownCount()
+  proxy.arm(at, "pass", key)
+  return { accountId, unknownBefore, first: await grant(accountId, key) }
+}
+
+describe("a grant whose session PostgreSQL keeps open after the server lost its connection before COMMIT", () => {
+  test("committed later: 503 outcome unknown; retries 409 idempotency_in_progress while it is open; then the stored answer; one grant", async () => {
+    const key = "grant-held-then-committed"
+    const { accountId, unknownBefore, first } = await firstGrantCut(key, "holdCommit")
+    await expectOutcomeUnknown(first, unknownBefore)
+    await expectRefusedWhileUnknown(() => grant(accountId, key), unknownBefore)
+    expect(await grantsOf(accountId)).toEqual({ grants: 0, topup: 0 })
+
+    await proxy.endHeld("commit")
+    expect(await grantsOf(accountId)).toEqual({ grants: 1, topup: 25 })
+    const retries = await Promise.all([grant(accountId, key), grant(accountId, key)])
+    for (const retry of retries) {
+      expect(retry.status).toBe(200)
+      expect(retry.headers.get("idempotent-replayed")).toBe("true")
+      expect(retry.headers.get("original-request-id")).toBe(first.headers.get("x-request-id"))
+      expect(retry.body).toMatchObject({ object: "wallet", topup_balance: 25 })
+    }
+    expect(retries[1].body).toEqual(retries[0].body)
+    expect(await keyRows(key)).toEqual(["completed"])
+    expect(await grantsOf(accountId)).toEqual({ grants: 1, topup: 25 })
+  })
+
+  test("rolled back later: 409 while it is open; the server frees the key once it is gone; the retry runs once; one grant", async () => {
+    const key = "grant-held-then-rolled-back"
+    const { accountId, unknownBefore, first } = await firstGrantCut(key, "holdCommit")
+    await expectOutcomeUnknown(first, unknownBefore)
+    await expectRefusedWhileUnknown(() => grant(accountId, key), unknownBefore)
+
+    await proxy.endHeld("rollback")
+    // Nobody retries meanwhile: the server, asking in the background, learns it did not commit and frees the key.
+    await waitFor("the key freed by the server", 15_000, async () => (await keyRows(key)).length === 0)
+    expect(await grantsOf(accountId)).toEqual({ grants: 0, topup: 0 })
+    const retry = await grant(accountId, key)
+    expect(retry.status).toBe(200)
+    expect(retry.headers.get("idempotent-replayed")).toBeNull()
+    expect(retry.body).toMatchObject({ object: "wallet", topup_balance: 25 })
+    const again = await grant(accountId, key)
+    expect(again.headers.get("idempotent-replayed")).toBe("true")
+    expect(again.body).toEqual(retry.body)
+    expect(await grantsOf(accountId)).toEqual({ grants: 1, topup: 25 })
+  })
+})
+
+describe("a grant cut before COMMIT with the database still reachable", () => {
+  test("503 saying it was not completed, the key freed at once, not counted as unknown; the retry runs once; one grant", async () => {
+    const key = "grant-cut-before-commit"
+    const { accountId, unknownBefore, first } = await firstGrantCut(key, "cutBeforeCommit")
+    expectEnvelope(first, 503, "service_unavailable")
+    expect(messageOf(first)).toContain("not completed")
+    expect(first.headers.get("x-credits-charged")).toBeNull()
+    expect(await outcomeUnknownCount()).toBe(unknownBefore)
+    expect(await keyRows(key)).toEqual([])
+    expect(await grantsOf(accountId)).toEqual({ grants: 0, topup: 0 })
+    const retry = await grant(accountId, key)
+    expect(retry.status).toBe(200)
+    expect(retry.headers.get("idempotent-replayed")).toBeNull()
+    expect(retry.body).toMatchObject({ object: "wallet", topup_balance: 25 })
+    expect(await grantsOf(accountId)).toEqual({ grants: 1, topup: 25 })
+  })
+})
+
+describe("concurrent requests with one Idempotency-Key", () => {
+  test("run once: one grant; every answer the grant's wallet (or 409 while it commits), all but the first replayed", async () => {
+    const { accountId } = await server.account({ plan: "pro", topup_balance: 0 })
+    const answers = await Promise.all(Array.from({ length: 8 }, () => grant(accountId, "grant-concurrent")))
+    const answered = answers.filter((answer) => answer.status === 200)
+    for (const answer of answers.filter((one) => one.status !== 200)) expectEnvelope(answer, 409, "idempotency_in_progress")
+    expect(answered.filter((answer) => answer.headers.get("idempotent-replayed") === null)).toHaveLength(1)
+    for (const answer of answered) expect(answer.body).toEqual(answered[0].body)
+    expect(answered[0].body).toMatchObject({ object: "wallet", topup_balance: 25 })
+    expect(await grantsOf(accountId)).toEqual({ grants: 1, topup: 25 })
+    const later = await grant(accountId, "grant-concurrent")
+    expect(later.headers.get("idempotent-replayed")).toBe("true")
+    expect(later.body).toEqual(answered[0].body)
+  })
+})
+
 describe("an account created with its connection cut at COMMIT", () => {
+  test("its session held open, then committed: 503 outcome unknown, 409 while open, then the same account; one account", async () => {
+    const name = `Held at commit ${Date.now()}`
+    // Not the name: the proxy holds the COMMIT that follows the statement returning the key (the answer's UPDATE).
+    const key = `create-${name}`
+    const create = () =>
+      server.admin<AccountBody>("/admin/accounts", { method: "POST", headers: { "idempotency-key": key }, body: { plan: "pro", name } })
+    const accountsNamed = async () => (await server.db.query("SELECT id FROM accounts WHERE name = $1", [name])).rows
+    const unknownBefore = await outcomeUnknownCount()
+    proxy.arm("holdCommit", "pass", key)
+    const first = await create()
+    expectEnvelope(first, 503, "service_unavailable")
+    expect(messageOf(first)).toContain("its outcome is unknown")
+    expect(await outcomeUnknownCount()).toBe(unknownBefore + 1)
+    for (const retry of await Promise.all([create(), create()])) expectEnvelope(retry, 409, "idempotency_in_progress")
+    expect(await accountsNamed()).toEqual([])
+    await proxy.endHeld("commit")
+    const retry = await create()
+    expect(retry.status).toBe(200)
+    expect(retry.headers.get("idempotent-replayed")).toBe("true")
+    expect(retry.body).toMatchObject({ object: "account", name, plan: "pro" })
+    expect(await accountsNamed()).toEqual([{ id: retry.body.id }])
+  })
+
+
   test("after PostgreSQL committed, then unreachable: 503 outcome unknown; the retry answers the same account; one account", async () => {
     const name = `Cut at commit ${Date.now()}`
     const create = () =>

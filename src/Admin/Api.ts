@@ -11,7 +11,7 @@ import {
 import { Plan, Scope } from "../Auth/Api.js"
 import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire, RateLimitExceededWire } from "../Errors.js"
 import { HookCategoryList, ImportResult } from "../Hooks/Api.js"
-import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
+import { acceptsIdempotencyKey, IdempotencyKeys } from "../Idempotency/Api.js"
 import {
   CreditTransactionList,
   KeySpend,
@@ -148,6 +148,7 @@ export class AdminApi extends HttpApiGroup.make("admin")
     HttpApiEndpoint.post("createAccount", "/accounts", { payload: CreateAccount, success: Account })
       .annotate(HttpApi.PayloadParseOptions, strict)
       .annotate(OpenApi.Summary, "Create an account")
+      .middleware(IdempotencyKeys)
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
@@ -167,6 +168,7 @@ export class AdminApi extends HttpApiGroup.make("admin")
         OpenApi.Description,
         "The plain key is in this answer only (and in its replay to the same Idempotency-Key). Scopes default to all three."
       )
+      .middleware(IdempotencyKeys)
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
@@ -188,6 +190,7 @@ export class AdminApi extends HttpApiGroup.make("admin")
         "Adds credits to one bucket and answers the wallet. A billing system makes a retry safe with an " +
           "Idempotency-Key header, or with `reference` (checked by the ledger itself, forever rather than 24 hours)."
       )
+      .middleware(IdempotencyKeys)
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(

@@ -21,51 +21,44 @@
  * - a repeat gets the stored answer with `Idempotent-Replayed: true` and
  *   `Original-Request-Id`; one arriving while the first runs waits for it.
  *
- * The answer is encoded here with the route's success schema (exactly as the framework would)
- * so that the stored bytes and the first response are the same bytes. The headers stored with it
- * are those the effect adds with `addAnswerHeaders` (Headers.ts); any other header it appends
- * (a Retry-After on an error) reaches this response only.
+ * The answer is encoded here with the endpoint's success schema, as the framework would
+ * (IdempotentEndpoint, given by the endpoint's IdempotencyKeys middleware), so that the stored
+ * bytes and the first response are the same bytes. The headers stored with it are those the
+ * effect adds with `addAnswerHeaders` (Headers.ts); any other header it appends (a Retry-After
+ * on an error) reaches this response only.
  */
-import { Duration, Effect, Exit, Fiber, Option, Schema, SchemaAST } from "effect"
-import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
-import { routeKey, routeTable } from "../ApiRoutes.js"
+import { Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema } from "effect"
+import { HttpServerRequest, HttpServerResponse } from "effect/http"
+import type { HttpApiEndpoint } from "effect/http-api"
 import { CurrentCaller } from "../Auth/Api.js"
 import { bearerToken } from "../Auth/Bearer.js"
-import { RequestId, ServiceUnavailable, ValidationFailed } from "../Errors.js"
+import { IdempotencyInProgress, RequestId, ServiceUnavailable, ValidationFailed } from "../Errors.js"
 import { sha256Hex } from "../Ids.js"
 import { recordOutcomeUnknown } from "../Observability/Metrics.js"
-import { idempotencyKeyPattern, idempotencyKeyRule } from "./Api.js"
+import { idempotencyKeyPattern, idempotencyKeyRule, IdempotencyKeys, IdempotentEndpoint } from "./Api.js"
 import { AnswerHeaders, StoreAnswer } from "./Headers.js"
-import { Idempotency, type KeyRequest, type StoredAnswer } from "./Idempotency.js"
+import { type Claim, Idempotency, type KeyRequest, type Outcome, type StoredAnswer } from "./Idempotency.js"
 
-/**
- * Every endpoint's success schema (its JSON codec), keyed by the route the router matched; built
- * on first use, once every module of the API is loaded. Hookline's success schemas need no
- * services to encode.
- */
-let successSchemas: ReadonlyMap<string, Schema.Codec<unknown, unknown>> | undefined
-const successSchemaOf = (method: string, path: string) => {
-  successSchemas ??= routeTable((endpoint) =>
+/** Each idempotent endpoint's success codec, made once. */
+const endpoints = new WeakMap<HttpApiEndpoint.Top, IdempotentEndpoint["Service"]>()
+const idempotentEndpointOf = (endpoint: HttpApiEndpoint.Top) => {
+  let found = endpoints.get(endpoint)
+  if (found === undefined) {
+    const success = Option.getOrUndefined(Option.fromIterable(endpoint.success))
+    if (success === undefined) throw new Error(`IdempotencyKeys on ${endpoint.method} ${endpoint.path}, which has no success schema`)
     // A cast: the endpoint types its schemas as Schema.Top, whose encoding services are unknown.
-    Option.map(Option.fromIterable(endpoint.success), (schema) => schema as Schema.Codec<unknown, unknown>)
-  )
-  return successSchemas.get(routeKey(method, path))
+    found = { success: success as Schema.Codec<unknown, unknown>, status: 200, contentType: "application/json" }
+    endpoints.set(endpoint, found)
+  }
+  return found
 }
 
-/**
- * The status and media type the framework answers with for a success schema: HttpApiSchema's
- * status and encoding annotations (read by key: HttpApiSchema has no public getter), else 200 JSON.
- */
-const statusAnnotation = SchemaAST.resolveAt<unknown>("httpApiStatus")
-const encodingAnnotation = SchemaAST.resolveAt<{ readonly contentType?: unknown }>("~httpApiEncoding")
-const responseOf = (success: Schema.Codec<unknown, unknown>) => {
-  const status = statusAnnotation(success.ast) ?? Schema.resolveAnnotationsKey(success)?.["httpApiStatus"]
-  const contentType = encodingAnnotation(success.ast)?.contentType
-  return {
-    status: typeof status === "number" ? status : 200,
-    contentType: typeof contentType === "string" ? contentType : "application/json"
-  }
-}
+/** The middleware of an idempotent endpoint: gives its handler the endpoint's success codec. */
+export const IdempotencyKeysLive = Layer.succeed(
+  IdempotencyKeys,
+  IdempotencyKeys.of((httpEffect, { endpoint }) =>
+    Effect.flatMap(Effect.sync(() => idempotentEndpointOf(endpoint)), (found) => Effect.provideService(httpEffect, IdempotentEndpoint, found)))
+)
 
 /** JSON with object keys sorted at every level, so equal parameters give equal text. */
 const canonicalJson = (value: unknown): string =>
@@ -101,13 +94,20 @@ const scopeOf = (request: HttpServerRequest.HttpServerRequest) =>
       : Option.none()
   })
 
+/** The 409 of a repeat whose first request's outcome is not known yet. */
+const inProgress = new IdempotencyInProgress({
+  message: "Idempotency-Key: the first request with this key is still committing, or its outcome is unknown (its connection " +
+    "to the database was lost at COMMIT). Retry with the same key in a few seconds: once the outcome is known you get its " +
+    "answer, or, if it did not commit, it runs once."
+})
+
 export const idempotent = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
   parameters?: unknown
 ): Effect.Effect<
   A | HttpServerResponse.HttpServerResponse,
-  E | ValidationFailed | ServiceUnavailable,
-  R | Idempotency | HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext
+  E | ValidationFailed | ServiceUnavailable | IdempotencyInProgress,
+  R | Idempotency | HttpServerRequest.HttpServerRequest | IdempotentEndpoint
 > =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
@@ -118,9 +118,7 @@ export const idempotent = <A, E, R>(
     }
     const scope = yield* scopeOf(request)
     if (Option.isNone(scope)) return yield* Effect.die(new Error(`idempotent() used on an unauthenticated route ${request.url}`))
-    const route = yield* HttpRouter.RouteContext
-    const success = successSchemaOf(route.route.method, route.route.path)
-    if (success === undefined) return yield* Effect.die(new Error(`No endpoint for ${route.route.method} ${route.route.path}`))
+    const endpoint = yield* IdempotentEndpoint
     const store = yield* Idempotency
     const keyRequest: KeyRequest = {
       scope: scope.value,
@@ -131,28 +129,29 @@ export const idempotent = <A, E, R>(
       requestId: yield* RequestId
     }
 
-    // A repeat waits for the first request, looking again after 1, 2, 4, 8, then every 10 poll intervals.
-    for (let waits = 0; ; waits++) {
-      const claim = yield* store.claim(keyRequest)
-      switch (claim._tag) {
-        case "Mismatch":
-          return yield* mismatch(claim.method, claim.path)
-        case "Completed":
-          return replay(claim.answer)
-        case "InProgress":
-          yield* Effect.sleep(Duration.times(store.config.pollInterval, Math.min(2 ** waits, 10)))
-          continue
-        case "Claimed":
-          return yield* runAsOwner(effect, success, keyRequest, claim.owner)
-      }
+    // A repeat waits for a first request still running, looking again after 1, 2, 4, 8, then every 10 poll intervals.
+    const claim = yield* store.claim(keyRequest).pipe(Effect.repeat({
+      schedule: Schedule.min([Schedule.exponential(store.config.pollInterval), Schedule.spaced(Duration.times(store.config.pollInterval, 10))]),
+      while: (found: Claim) => found._tag === "InProgress"
+    }))
+    switch (claim._tag) {
+      case "Mismatch":
+        return yield* mismatch(claim.method, claim.path)
+      case "Completed":
+        return replay(claim.answer)
+      case "InProgress":
+      case "Held":
+        return yield* inProgress
+      case "Claimed":
+        return yield* runAsOwner(effect, endpoint, keyRequest, claim.owner)
     }
   })
 
 /** The 503 of a run whose transaction may or may not have committed, while the database cannot tell. */
 const outcomeUnknown = new ServiceUnavailable({
-  message: "The database connection was lost while this request was committing, and the database cannot be reached to " +
-    "tell whether it did: its outcome is unknown. Retry with the same Idempotency-Key: you get its answer if it completed, " +
-    "and it runs once if it did not."
+  message: "The database connection was lost while this request was committing, and the database cannot tell yet whether " +
+    "it did: its outcome is unknown. Retry with the same Idempotency-Key: until the outcome is known the retry is answered " +
+    "409 idempotency_in_progress; then you get this request's answer if it completed, and it runs once if it did not."
 })
 
 /**
@@ -165,23 +164,24 @@ const outcomeUnknown = new ServiceUnavailable({
  *
  * An effect that stores its answer in its own transaction (`answerInTransaction`, Headers.ts)
  * commits the answer with its changes. When it then fails (a connection lost at COMMIT), the key
- * tells what happened: completed, it committed and its answer is given; still held, it did not,
- * and the key is freed. When the database cannot be asked, the key stays held (a retry waits for
- * the lock timeout, then runs) and the answer is a 503 saying the outcome is unknown.
+ * tells what happened (Idempotency.ts, `outcomeOf`): committed, its answer is given; not, the key
+ * is freed and the failure answered. When that cannot be told yet, the key stays held, the answer
+ * is a 503 saying the outcome is unknown, and the server keeps asking in the background.
  */
 const runAsOwner = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
-  success: Schema.Codec<unknown, unknown>,
+  endpoint: IdempotentEndpoint["Service"],
   keyRequest: KeyRequest,
   owner: string
 ) =>
   Effect.gen(function*() {
     const store = yield* Idempotency
     const release = store.release(keyRequest.scope, keyRequest.key, owner)
-    const encode = Schema.encodeUnknownEffect(success)
+    const encode = Schema.encodeUnknownEffect(endpoint.success)
     const answerOf = (value: unknown, headers: Record<string, string>) =>
       Effect.map(Effect.orDie(encode(value)), (encoded): StoredAnswer => ({
-        ...responseOf(success),
+        status: endpoint.status,
+        contentType: endpoint.contentType,
         headers,
         body: JSON.stringify(encoded),
         requestId: keyRequest.requestId
@@ -191,13 +191,13 @@ const runAsOwner = <A, E, R>(
 
     /** What a run that had stored its answer in its transaction and then failed answers. */
     const afterUncertainFailure = (exit: Exit.Exit<A, E>) =>
-      Effect.flatMap(Effect.exit(store.outcomeOf(keyRequest, owner)), (outcome): Effect.Effect<Exit.Exit<A | HttpServerResponse.HttpServerResponse, E | ServiceUnavailable>> => {
-        if (Exit.isSuccess(outcome)) {
-          return Effect.succeed(Option.match(outcome.value, { onNone: () => exit, onSome: (answer) => Exit.succeed(respond(answer)) }))
-        }
+      Effect.flatMap(store.outcomeOf(keyRequest, owner), (outcome: Outcome): Effect.Effect<Exit.Exit<A | HttpServerResponse.HttpServerResponse, E | ServiceUnavailable>> => {
+        if (outcome._tag === "Committed") return Effect.succeed(Exit.succeed(respond(outcome.answer)))
+        if (outcome._tag === "NotCommitted") return Effect.succeed(exit)
         recordOutcomeUnknown()
         return Effect.logWarning("a request's outcome is unknown: its idempotency key stays held").pipe(
           Effect.annotateLogs({ method: keyRequest.method, path: keyRequest.path }),
+          Effect.andThen(store.resolveLater(keyRequest, owner)),
           Effect.as(Exit.fail(outcomeUnknown))
         )
       })

@@ -10,15 +10,22 @@
  * process died) is taken over after the lock timeout. Expired keys count as absent at once and
  * are deleted by the sweeper.
  *
+ * A request whose answer commits with its effect (Http.ts) and whose connection is lost at COMMIT
+ * has an outcome the key itself tells, once the transaction holding the key's row has ended:
+ * completed, it committed; still 'in_progress', it did not, and the key is freed. Until then
+ * (the database unreachable, or the transaction still open on a connection cut off from this
+ * server) the key stays held: a repeat is refused (`Held`, 409), never run, and this process
+ * keeps asking in the background, so the key is freed or answered as soon as it can be.
+ *
  * Answer bodies can hold secrets shown once (an API key, a webhook secret), so they are sealed
  * at rest (Crypto.ts) under the server's WEBHOOK_SECRET_KEY.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Redacted, Result, Schedule } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Redacted, Result, Schedule, type Scope } from "effect"
 import { Secrets } from "../Config.js"
 import { makeSealer } from "../Crypto.js"
 import { randomToken } from "../Ids.js"
 import { logBackgroundFailure } from "../Sql.js"
-import { IdempotencyRepo } from "./Repo.js"
+import { type ClaimRequest, IdempotencyRepo, isKeyHeld, type KeyRow } from "./Repo.js"
 
 export const IdempotencyConfig = Config.all({
   /** How long a key's answer is replayed. */
@@ -54,23 +61,92 @@ export type Claim =
   | { readonly _tag: "Claimed"; readonly owner: string }
   | { readonly _tag: "Completed"; readonly answer: StoredAnswer }
   | { readonly _tag: "InProgress" }
+  /** A transaction holds the key's row past the lock wait: its first request's outcome is not known yet. */
+  | { readonly _tag: "Held" }
   | { readonly _tag: "Mismatch"; readonly method: string; readonly path: string }
+
+/** What became of a run that stored its answer in its transaction and then lost its connection. */
+export type Outcome =
+  | { readonly _tag: "Committed"; readonly answer: StoredAnswer }
+  | { readonly _tag: "NotCommitted" }
+  | { readonly _tag: "Unknown" }
+
+const unknown: Outcome = { _tag: "Unknown" }
+const notCommitted: Outcome = { _tag: "NotCommitted" }
+
+/** A statement on a key whose row a transaction holds past the lock wait: `held` instead of its result. */
+const orHeld = <A, B>(effect: Effect.Effect<A>, held: B): Effect.Effect<A | B> =>
+  Effect.catchDefect(effect, (defect) => (isKeyHeld(defect) ? Effect.succeed(held) : Effect.die(defect)))
+
+type Sealer = ReturnType<typeof makeSealer>
+
+/** Bound to the key's scope and name, so a sealed body copied to another row does not open. */
+const bindingOf = (scope: string, key: string) => `${scope}\n${key}`
+
+/** The completed answer a row holds, opened with `sealer`; None while it is in progress. */
+const answerIn = (sealer: Sealer, row: KeyRow, request: KeyRequest) =>
+  Effect.gen(function*() {
+    if (row.status === "in_progress" || row.response_status === null || row.response_body === null) {
+      return Option.none<StoredAnswer>()
+    }
+    const opened = sealer.open(row.response_body, bindingOf(request.scope, request.key))
+    if (Result.isFailure(opened)) {
+      return yield* Effect.die(new Error("A stored idempotent answer does not open with this server's WEBHOOK_SECRET_KEY"))
+    }
+    const { "content-type": contentType, ...headers } = row.response_headers ?? {}
+    return Option.some<StoredAnswer>({
+      status: row.response_status,
+      contentType: contentType ?? "application/json",
+      headers,
+      body: opened.success,
+      requestId: row.request_id
+    })
+  })
+
+/**
+ * Asks `outcomeOf` again until the outcome is known, backing off from the poll interval to the
+ * lock timeout between attempts, for at most the key's lifetime; then logs it. In the service's
+ * background (`scope`): a repeat meanwhile is refused or waits, never runs.
+ */
+const resolveInBackground = (
+  outcomeOf: Effect.Effect<Outcome>,
+  request: KeyRequest,
+  config: Config.Success<typeof IdempotencyConfig>,
+  scope: Scope.Scope
+) =>
+  outcomeOf.pipe(
+    Effect.repeat({
+      schedule: Schedule.max([
+        Schedule.min([Schedule.exponential(config.pollInterval), Schedule.spaced(config.lockTimeout)]),
+        Schedule.during(config.keyTtl)
+      ]),
+      while: (outcome) => outcome._tag === "Unknown"
+    }),
+    Effect.flatMap((outcome) =>
+      Effect.logInfo("a request's unknown outcome is now known").pipe(
+        Effect.annotateLogs({ method: request.method, path: request.path, request_id: request.requestId, outcome: outcome._tag })
+      )),
+    Effect.forkIn(scope),
+    Effect.asVoid
+  )
 
 const make = Effect.gen(function*() {
   const repo = yield* IdempotencyRepo
   const config = yield* IdempotencyConfig
+  // Where background resolutions run: stopped with the service.
+  const scope = yield* Effect.scope
   const secrets = yield* Secrets
-  // Bound to the key's scope and name, so a sealed body copied to another row does not open.
   const sealer = makeSealer(Redacted.value(secrets.webhookSecretKey), "idempotent-answer-v1")
   const ttl = Duration.toSeconds(config.keyTtl)
   const lock = Duration.toSeconds(config.lockTimeout)
-  const bindingOf = (scope: string, key: string) => `${scope}\n${key}`
 
   /** One attempt to claim `request.key`; otherwise what the row holds now. */
   const claim = (request: KeyRequest) =>
     Effect.gen(function*() {
       const owner = randomToken(12)
-      const claimed = yield* repo.claimKey({ ...request, owner, ttlSeconds: ttl, lockSeconds: lock })
+      const claimRequest: ClaimRequest = { ...request, owner, ttlSeconds: ttl, lockSeconds: lock }
+      const claimed = yield* orHeld(repo.claimKey(claimRequest), "held" as const)
+      if (claimed === "held") return { _tag: "Held" } satisfies Claim
       if (Option.isSome(claimed)) return { _tag: "Claimed", owner } satisfies Claim
       const found = yield* repo.findLiveKey(request.scope, request.key)
       // Released or expired between the two statements: look again at once.
@@ -79,28 +155,12 @@ const make = Effect.gen(function*() {
       if (row.fingerprint !== request.fingerprint) {
         return { _tag: "Mismatch", method: row.method, path: row.path } satisfies Claim
       }
-      if (row.status === "in_progress" || row.response_status === null || row.response_body === null) {
-        return { _tag: "InProgress" } satisfies Claim
-      }
-      const opened = sealer.open(row.response_body, bindingOf(request.scope, request.key))
-      if (Result.isFailure(opened)) {
-        return yield* Effect.die(new Error("A stored idempotent answer does not open with this server's WEBHOOK_SECRET_KEY"))
-      }
-      const { "content-type": contentType, ...headers } = row.response_headers ?? {}
-      return {
-        _tag: "Completed",
-        answer: {
-          status: row.response_status,
-          contentType: contentType ?? "application/json",
-          headers,
-          body: opened.success,
-          requestId: row.request_id
-        }
-      } satisfies Claim
+      const answer = yield* answerIn(sealer, row, request)
+      return Option.isSome(answer) ? { _tag: "Completed", answer: answer.value } satisfies Claim : { _tag: "InProgress" } satisfies Claim
     })
 
-  /** Keeps `owner`'s claim alive. */
-  const heartbeat = (scope: string, key: string, owner: string) => repo.touchClaim(scope, key, owner)
+  /** Keeps `owner`'s claim alive; a row its own transaction holds (completing it) needs none. */
+  const heartbeat = (scope: string, key: string, owner: string) => orHeld(repo.touchClaim(scope, key, owner), undefined)
 
   /** Stores the answer; false when the claim was lost (taken over after a stall). */
   const complete = (scope: string, key: string, owner: string, answer: StoredAnswer) =>
@@ -117,22 +177,29 @@ const make = Effect.gen(function*() {
   const release = (scope: string, key: string, owner: string) => repo.releaseKey(scope, key, owner)
 
   /**
-   * After a run that stored its answer in its own transaction failed on the way (a connection lost
-   * at COMMIT: did it commit?): the answer when it committed (the key is completed), else None with
-   * the key freed, so a retry runs it. The release waits for a transaction still completing the key.
+   * After a run that stored its answer in its own transaction lost its connection (did it
+   * commit?): the release waits for a transaction still holding the key (at most the lock wait).
+   * Freed: it did not commit, and a retry runs it. Not `owner`'s claim any more: completed with
+   * the answer it committed, or taken over (its answer could not have committed). Unknown while
+   * the database cannot be asked or the transaction still holds the key.
    */
-  const outcomeOf = (request: KeyRequest, owner: string) =>
+  const outcomeOf = (request: KeyRequest, owner: string): Effect.Effect<Outcome> =>
     Effect.gen(function*() {
-      if (yield* release(request.scope, request.key, owner)) return Option.none<StoredAnswer>()
-      const found = yield* claim(request)
-      if (found._tag === "Claimed") yield* release(request.scope, request.key, found.owner)
-      return found._tag === "Completed" ? Option.some(found.answer) : Option.none<StoredAnswer>()
-    })
+      const released = yield* orHeld(release(request.scope, request.key, owner), "held" as const)
+      if (released === "held") return unknown
+      if (released) return notCommitted
+      const found = yield* repo.findLiveKey(request.scope, request.key)
+      const answer = Option.isSome(found) ? yield* answerIn(sealer, found.value, request) : Option.none<StoredAnswer>()
+      return Option.match(answer, { onNone: () => notCommitted, onSome: (stored): Outcome => ({ _tag: "Committed", answer: stored }) })
+    }).pipe(Effect.catchCause(() => Effect.succeed(unknown)))
+
+  /** Keeps asking for an unknown outcome in the background until it is known. */
+  const resolveLater = (request: KeyRequest, owner: string) => resolveInBackground(outcomeOf(request, owner), request, config, scope)
 
   /** Deletes expired keys in batches; returns how many. */
   const sweepExpired = repo.sweepExpired(lock)
 
-  return { config, claim, heartbeat, complete, release, outcomeOf, sweepExpired } as const
+  return { config, claim, heartbeat, complete, release, outcomeOf, resolveLater, sweepExpired } as const
 })
 
 export class Idempotency extends Context.Service<Idempotency, Effect.Success<typeof make>>()("hookline/Idempotency") {

@@ -2,9 +2,14 @@
  * Every statement on `idempotency_keys`, named for the transition it performs: claim, look up,
  * keep alive, complete, release, sweep. Times are the database's (`now()`), so server processes
  * with skewed clocks agree on expiry and stalled claims. Database and decoding failures are defects.
+ *
+ * The claim, the heartbeat and the release wait at most IDEMPOTENCY_OUTCOME_WAIT for a key's row
+ * that another transaction holds (the request's own, committing its answer, or one cut off from
+ * its server with its COMMIT unseen), then fail with lock_not_available (`isKeyHeld`): such a
+ * transaction may hold the row for as long as PostgreSQL keeps its session, and a request must not.
  */
-import { Context, Effect, Layer, Schema } from "effect"
-import { SqlClient, SqlSchema } from "effect/sql"
+import { Config, Context, Duration, Effect, Layer, Schema } from "effect"
+import { SqlClient, SqlError, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { commitWithoutFlush } from "../Sql.js"
 
@@ -44,6 +49,23 @@ const Completion = Schema.Struct({
 })
 export type Completion = typeof Completion.Type
 
+/** How long a statement on a key waits for its row while another transaction holds it. */
+export const KeyLockWait = Config.Duration("IDEMPOTENCY_OUTCOME_WAIT").pipe(Config.withDefault(Duration.seconds(1)))
+
+/** PostgreSQL's lock_not_available: a statement here gave up waiting for a key's row (a defect past the repository). */
+export const isKeyHeld = (defect: unknown): boolean => {
+  if (!SqlError.isSqlError(defect)) return false
+  const cause: unknown = defect.reason.cause
+  return typeof cause === "object" && cause !== null && "code" in cause && cause.code === "55P03"
+}
+
+/**
+ * A FROM item bounding this statement's wait for a row lock (set_config's `true`: for this
+ * statement's own transaction only, like commitWithoutFlush).
+ */
+const lockWaitAtMost = (sql: SqlClient.SqlClient, millis: string) =>
+  sql`(SELECT set_config('lock_timeout', ${millis}, true)) AS lock_wait_only`
+
 /** Expired keys deleted per sweep statement. */
 const sweepBatch = 1000
 
@@ -53,7 +75,7 @@ const sweepBatch = 1000
  * (synchronous_commit off, for this statement only): whatever the request then commits flushes
  * the log past the claim, and a claim lost with a database crash before that guarded nothing.
  */
-const claimKey = (sql: SqlClient.SqlClient) =>
+const claimKey = (sql: SqlClient.SqlClient, lockWait: string) =>
   SqlSchema.findOneOption({
     Request: ClaimRequest,
     Result: Schema.Struct({ owner: Schema.String }),
@@ -63,7 +85,7 @@ const claimKey = (sql: SqlClient.SqlClient) =>
                (scope, key, fingerprint, method, path, status, owner, locked_at, request_id, created_at, expires_at)
         SELECT ${claim.scope}, ${claim.key}, ${claim.fingerprint}, ${claim.method}, ${claim.path},
                'in_progress', ${claim.owner}, now(), ${claim.requestId}, now(), now() + make_interval(secs => ${claim.ttlSeconds})
-          FROM ${sql.literal(commitWithoutFlush)}
+          FROM ${sql.literal(commitWithoutFlush)}, ${lockWaitAtMost(sql, lockWait)}
         ON CONFLICT (scope, key) DO UPDATE
            SET fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
                status = 'in_progress', owner = EXCLUDED.owner, locked_at = now(), request_id = EXCLUDED.request_id,
@@ -88,11 +110,11 @@ const findLiveKey = (sql: SqlClient.SqlClient) =>
   })
 
 /** Keeps `owner`'s claim alive. */
-const touchClaim = (sql: SqlClient.SqlClient) =>
+const touchClaim = (sql: SqlClient.SqlClient, lockWait: string) =>
   SqlSchema.void({
     Request: OwnedKey,
     execute: ({ key, owner, scope }) =>
-      sql`UPDATE idempotency_keys SET locked_at = now()
+      sql`UPDATE idempotency_keys SET locked_at = now() FROM ${lockWaitAtMost(sql, lockWait)}
            WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'`
   })
 
@@ -113,14 +135,14 @@ const completeKey = (sql: SqlClient.SqlClient) =>
 /**
  * Deletes `owner`'s claim, so a retry runs the request again; true when it did. A completed row
  * stays: an answer committed with its effect (Http.ts) is never released. The DELETE waits on the
- * row lock of a transaction still completing the row, so its answer is exact.
+ * row lock of a transaction still completing the row (at most the lock wait), so its answer is exact.
  */
-const releaseKey = (sql: SqlClient.SqlClient) =>
+const releaseKey = (sql: SqlClient.SqlClient, lockWait: string) =>
   SqlSchema.findAll({
     Request: OwnedKey,
     Result: Schema.Struct({ key: Schema.String }),
     execute: ({ key, owner, scope }) =>
-      sql`DELETE FROM idempotency_keys
+      sql`DELETE FROM idempotency_keys USING ${lockWaitAtMost(sql, lockWait)}
            WHERE scope = ${scope} AND key = ${key} AND owner = ${owner} AND status = 'in_progress'
           RETURNING key`
   })
@@ -146,12 +168,13 @@ const deleteExpiredBatch = (sql: SqlClient.SqlClient) =>
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
+  const lockWait = String(Math.max(1, Math.round(Duration.toMillis(yield* KeyLockWait))))
 
-  const claim = claimKey(sql)
+  const claim = claimKey(sql, lockWait)
   const find = findLiveKey(sql)
-  const touch = touchClaim(sql)
+  const touch = touchClaim(sql, lockWait)
   const complete = completeKey(sql)
-  const release = releaseKey(sql)
+  const release = releaseKey(sql, lockWait)
   const deleteExpired = deleteExpiredBatch(sql)
 
   return atRepoBoundary("IdempotencyRepo", {

@@ -13,7 +13,7 @@ import {
   UploadAlreadyUsedWire,
   UploadExpiredWire
 } from "../Errors.js"
-import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
+import { acceptsIdempotencyKey, IdempotencyKeys } from "../Idempotency/Api.js"
 import { predictionPrice } from "../Ledger/Prices.js"
 import { Band, PredictionErrorType, PredictionStatus } from "./Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
@@ -108,6 +108,7 @@ export class PredictApi extends HttpApiGroup.make("predict")
           "429 too_many_pending_uploads when the key holds too many unused links; 429 unpaid_clips_limit when the " +
           "account keeps too many clips waiting for credits (both with Retry-After)."
       )
+      .middleware(IdempotencyKeys)
       .annotate(OpenApi.Transform, acceptsIdempotencyKey),
     HttpApiEndpoint.post("retryStart", "/predict", {
       payload: RetryStart,
@@ -122,6 +123,7 @@ export class PredictApi extends HttpApiGroup.make("predict")
         `Retries the reserve for a clip that landed while credits were short: charges ${predictionPrice} if this call reserves, ` +
           "0 if the job is already queued or later. 422 if the file has not landed. Needs predict:write."
       )
+      .middleware(IdempotencyKeys)
       .annotate(OpenApi.Transform, acceptsIdempotencyKey),
     HttpApiEndpoint.get("get", "/predict/:id", { params: { id: Schema.String }, success: Prediction })
       .annotate(AccessRule, needs("predict:write", true))

@@ -3,7 +3,7 @@ import { Schema } from "effect"
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api"
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
-import { acceptsIdempotencyKey } from "../Idempotency/Api.js"
+import { acceptsIdempotencyKey, IdempotencyKeys } from "../Idempotency/Api.js"
 import { Cursor, ListOf, PageLimit, strict, Timestamp, timestampInput } from "../Schemas.js"
 
 /** Every event type a webhook can receive. */
@@ -145,6 +145,7 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
         "Issues a new secret, shown once (and in the replay to the same Idempotency-Key). For 24 hours deliveries carry " +
           "signatures with both secrets. No body. Costs 0."
       )
+      .middleware(IdempotencyKeys)
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(
@@ -155,6 +156,7 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
         OpenApi.Description,
         "Delivers one signed synthetic prediction.succeeded event, synchronously. 422 when no webhook is configured. Costs 0."
       )
+      .middleware(IdempotencyKeys)
       .annotate(OpenApi.Transform, acceptsIdempotencyKey)
   )
   .add(

@@ -4,7 +4,7 @@
  */
 import { createServer, type Server, type Socket, connect } from "node:net"
 
-type Mode = "pass" | "cutAfterCommit" | "cutBeforeCommit" | "cutReply" | "down"
+type Mode = "pass" | "cutAfterCommit" | "cutBeforeCommit" | "holdCommit" | "cutReply" | "down"
 
 /** PostgreSQL's ReadyForQuery when no transaction is open: 'Z', length 5, 'I'. */
 const readyForQuery = Buffer.from([0x5a, 0, 0, 0, 5, 0x49])
@@ -24,6 +24,8 @@ export const pgProxy = (target: URL) => {
   let marker = ""
   let cuts = 0
   const open = new Set<Socket>()
+  /** The connection `holdCommit` cut off from the server, still open to PostgreSQL, and the COMMIT it holds back. */
+  let held: { readonly upstream: Socket; readonly commit: Buffer } | null = null
   const cutAll = () => {
     for (const socket of open) socket.destroy()
     open.clear()
@@ -43,13 +45,21 @@ export const pgProxy = (target: URL) => {
     let replyIsCut = false
     client.on("data", (chunk: Buffer) => {
       if (mode === "cutBeforeCommit" && commitIsNext) return cut(client, upstream)
+      if (mode === "holdCommit" && commitIsNext) {
+        // The server loses its connection; PostgreSQL keeps the session, its transaction open.
+        held = { upstream, commit: chunk }
+        cuts++
+        mode = after
+        upstream.removeAllListeners("data")
+        return void client.destroy()
+      }
       if (mode === "cutReply" && chunk.includes(marker)) replyIsCut = true
       upstream.write(chunk)
     })
     upstream.on("data", (chunk: Buffer) => {
       // The statement ran (its ReadyForQuery came back): its answer never reaches the server.
       if (replyIsCut) return void (chunk.includes(readyForQuery) ? cut(client, upstream) : undefined)
-      if (mode === "cutBeforeCommit" && chunk.includes(marker)) commitIsNext = true
+      if ((mode === "cutBeforeCommit" || mode === "holdCommit") && chunk.includes(marker)) commitIsNext = true
       const at = mode === "cutAfterCommit" ? chunk.indexOf(commitComplete) : -1
       if (at === -1) return void client.write(chunk)
       client.write(chunk.subarray(0, at))
@@ -59,7 +69,7 @@ export const pgProxy = (target: URL) => {
       one.on("error", () => other.destroy())
       one.on("close", () => {
         open.delete(one)
-        other.destroy()
+        if (held?.upstream !== other) other.destroy()
       })
     }
   })
@@ -75,12 +85,33 @@ export const pgProxy = (target: URL) => {
       after = then
       marker = fragment
     },
-    /** Cuts the connection at its next COMMIT (`at`; before it: the one after `marker` was returned), then stays `then`. */
-    arm: (at: "cutAfterCommit" | "cutBeforeCommit", then: "pass" | "down", answerKey = "") => {
+    /**
+     * Cuts the connection at its next COMMIT (`at`; before it: the one after `marker` was returned), then stays `then`.
+     * `holdCommit` cuts it before its COMMIT on the server's side only: PostgreSQL keeps the session and its transaction
+     * open, holding its row locks, until `endHeld` sends the COMMIT on or closes the session.
+     */
+    arm: (at: "cutAfterCommit" | "cutBeforeCommit" | "holdCommit", then: "pass" | "down", answerKey = "") => {
       mode = at
       after = then
       marker = answerKey
     },
+    /**
+     * Ends the transaction `holdCommit` kept open: "commit" sends its COMMIT on (its answer reaches no one) and resolves
+     * once PostgreSQL answered it; "rollback" closes the session (PostgreSQL rolls back when it reads the close) and resolves
+     * once it is closed.
+     */
+    endHeld: (how: "commit" | "rollback") =>
+      new Promise<void>((resolve, reject) => {
+        const connection = held
+        if (connection === null) return reject(new Error("no connection is held"))
+        held = null
+        connection.upstream.on("close", () => resolve())
+        if (how === "rollback") return void connection.upstream.destroy()
+        connection.upstream.on("data", (chunk: Buffer) => {
+          if (chunk.includes(readyForQuery)) connection.upstream.destroy()
+        })
+        connection.upstream.write(connection.commit)
+      }),
     restore: () => {
       mode = "pass"
     },
