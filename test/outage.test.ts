@@ -56,9 +56,11 @@ describe("PostgreSQL stopped hard and started again", () => {
     pg = await startOwnPostgres()
     cleanups.push(() => pg.destroy())
     const shared = deployment(pg.url)
+    const metricsToken = "metrics-token-for-the-postgres-outage-test"
     const server = await started({
       deployment: shared,
       env: {
+        METRICS_TOKEN: metricsToken,
         HOLD_TIMEOUT: "3 seconds",
         LEDGER_SWEEP_INTERVAL: "500 millis",
         // Only LISTEN can wake the dispatcher in time: a delivery after the outage proves it was taken again.
@@ -69,7 +71,13 @@ describe("PostgreSQL stopped hard and started again", () => {
     })
     await importHooks(server, shared.adminToken)
     const admin = adminClient(server, shared.adminToken)
-    const clients = await Promise.all(Array.from({ length: 6 }, () => admin.account({ monthly_balance: 0, topup_balance: 100_000 })))
+    const opening = 100_000
+    const clients = await Promise.all(Array.from({ length: 6 }, () => admin.account({ monthly_balance: 0, topup_balance: opening })))
+    const outcomeUnknownCount = async () => {
+      const scraped = await server.request<string>("/metrics", { key: metricsToken })
+      return Number(/^hookline_outcome_unknown_total(?:\{[^}]*\})? (\d+)/m.exec(scraped.body)?.[1] ?? 0)
+    }
+    const unknownBefore = await outcomeUnknownCount()
     const receiver = startReceiver()
     cleanups.push(() => receiver.stop())
     const alerted = await admin.account({ monthly_balance: 0, topup_balance: 10 })
@@ -116,13 +124,26 @@ describe("PostgreSQL stopped hard and started again", () => {
     // its client (no answer, or a 503 saying so): counted, and the 503s among them said it.
     // A hold the outage left pending is voided once it expires (its reserve given back): wait for all of them.
     await waitFor("no hold pending", 15_000, async () => (await checkLedger(db)).pending === 0)
-    const charges = await chargesAgainstJournal(db, clients.map((client) => client.accountId), load.answers)
+    const accountIds = clients.map((client) => client.accountId)
+    const charges = await chargesAgainstJournal(db, accountIds, load.answers)
     expect(charges.mismatched).toEqual([])
     expect(charges.charged503).toEqual([])
+    expect(load.answers.filter((answer) => answer.status !== 200 && answer.charged !== 0)).toEqual([])
     const unknown = charges.unaccounted.map((row) => load.answers.find((answer) => answer.requestId === row.request_id))
     expect(unknown.filter((answer) => answer !== undefined && !(answer.errorMessage ?? "").includes("outcome is unknown"))).toEqual([])
-    console.log(`outage: ${load.answers.length} answers, ${charges.answeredCharges} credits answered as charged, ` +
-      `${charges.journalTaken} taken by the journal, ${charges.unaccounted.length} requests of unknown outcome`)
+    // In all: what left the wallets is what the answers said they charged, plus what requests of
+    // unknown outcome took; those answered are the ones the server counted.
+    const { rows: [balances] } = await db.query<{ left: number }>(
+      "SELECT ($2::bigint * count(*) - sum(monthly_balance + topup_balance))::int AS left FROM wallets WHERE account_id = ANY($1)",
+      [accountIds, opening]
+    )
+    const unknownTaken = charges.unaccounted.reduce((sum, row) => sum + row.taken, 0)
+    const answeredCharged = load.answers.reduce((sum, answer) => sum + answer.charged, 0)
+    expect(balances.left).toBe(answeredCharged + unknownTaken)
+    const answeredUnknown = load.answers.filter((answer) => answer.status === 503 && (answer.errorMessage ?? "").includes("outcome is unknown"))
+    expect(await outcomeUnknownCount()).toBe(unknownBefore + answeredUnknown.length)
+    console.log(`outage: ${load.answers.length} answers, ${answeredCharged} credits answered as charged, ${balances.left} left the ` +
+      `wallets, ${charges.unaccounted.length} requests of unknown outcome (${answeredUnknown.length} answered so) took ${unknownTaken}`)
   }, 120_000)
 })
 
