@@ -14,10 +14,10 @@ import { runScript } from "./statements.js"
  *   computes the very same numbers.
  * - Candidates, so no line scores a million rows: the line's lexemes rarest first while the hooks
  *   holding them add up to at most rare_budget ("rare"): every hook holding one of them; and for
- *   the lexemes left ("common"), the common_sample newest hooks holding one of them. A common
- *   word's newest hooks are found by walking the newest walk_window entries (index-only); when the
- *   words are too rare to fill the sample there, or the walk falls short, by their index matches
- *   sorted. Either way it is the same set, so walk_window changes speed only, never answers.
+ *   the lexemes left ("common"), the common_sample newest hooks holding one of them. Those are
+ *   found by walking the newest entries (index-only, at most ten walk_windows); when the words
+ *   are too rare for that, or the walk falls short, by their index matches sorted. Either way it
+ *   is the same set, so walk_window changes speed only, never answers.
  */
 export default Effect.gen(function*() {
   yield* runScript(`
@@ -40,6 +40,7 @@ export default Effect.gen(function*() {
       common_ids text[] := '{}';
       term record;
       rarity double precision;
+      walk_limit bigint;
     BEGIN
       SELECT c.hooks INTO all_hooks FROM catalog_state c;
       FOR term IN
@@ -70,23 +71,29 @@ export default Effect.gen(function*() {
       END IF;
       IF common <> '{}' THEN
         cq := array_to_string(ARRAY(SELECT quote_literal(x) FROM unnest(common) x), ' | ')::tsquery;
-        IF common_hooks * walk_window >= common_sample::bigint * all_hooks THEN
+        -- Walking the newest entries finds the sample after about common_sample * all_hooks / n
+        -- entries (n the hooks holding a common lexeme): walk four times that, when it is at most
+        -- ten windows; the matches sorted instead when the words are too rare for that, or the
+        -- walk fell short.
+        walk_limit := least(all_hooks, greatest(walk_window::bigint, 4 * common_sample::bigint * all_hooks / common_hooks));
+        IF walk_limit <= 10 * walk_window::bigint THEN
           common_ids := ARRAY(
             SELECT w.id FROM (
-              SELECT s.id, s.sort_ms, s.doc FROM hook_search s ORDER BY s.sort_ms DESC, s.id DESC LIMIT walk_window) w
+              SELECT s.id, s.sort_ms, s.doc FROM hook_search s ORDER BY s.sort_ms DESC, s.id DESC LIMIT walk_limit) w
              WHERE w.doc @@ cq
              ORDER BY w.sort_ms DESC, w.id DESC LIMIT common_sample);
         END IF;
-        IF cardinality(common_ids) < common_sample THEN
+        IF cardinality(common_ids) < common_sample AND NOT (walk_limit = all_hooks AND walk_limit <= 10 * walk_window::bigint) THEN
           common_ids := ARRAY(
             SELECT m.id FROM (SELECT s.id, s.sort_ms FROM hook_search s WHERE s.doc @@ cq OFFSET 0) m
              ORDER BY m.sort_ms DESC, m.id DESC LIMIT common_sample);
         END IF;
       END IF;
       RETURN QUERY
-        SELECT c.id, (SELECT sum(x.w) FROM unnest(lexemes, weights) x(l, w) WHERE x.l = ANY (c.terms)) / total AS score, c.sort_ms
-          FROM (SELECT s.id, s.sort_ms, tsvector_to_array(s.doc) AS terms FROM hook_search s
-                 WHERE s.id IN (SELECT r.id FROM hook_search r WHERE r.doc @@ rq UNION SELECT unnest(common_ids))) c
+        SELECT c.id, (SELECT sum(x.w) FROM unnest(lexemes, weights) x(l, w) WHERE x.l = ANY (tsvector_to_array(c.doc))) / total AS score, c.sort_ms
+          FROM (SELECT s.id, s.sort_ms, s.doc FROM hook_search s WHERE s.doc @@ rq
+                UNION ALL
+                SELECT s.id, s.sort_ms, s.doc FROM hook_search s WHERE s.id = ANY (common_ids) AND NOT COALESCE(s.doc @@ rq, false)) c
          ORDER BY 2 DESC, c.sort_ms DESC, c.id DESC
          LIMIT wanted;
     END

@@ -55,7 +55,13 @@ beforeAll(async () => {
   const memory = makeCatalogRepoInMemory({ hooks: catalog })
   backends.push(
     { name: "memory", runtime: ManagedRuntime.make(memory.layer), stop: async () => {} },
-    await sqlBackend("PostgreSQL", { DATABASE_URL: databaseUrl, DATA_DIR: tempDir("hookline-neighbours-") }, () => dropDatabase(databaseUrl)),
+    // A small walk window here: common words' hooks are found by a short walk, or by sorting their
+    // matches when it falls short; the answers must not change.
+    await sqlBackend(
+      "PostgreSQL",
+      { DATABASE_URL: databaseUrl, DATA_DIR: tempDir("hookline-neighbours-"), SEARCH_WALK_WINDOW: "50" },
+      () => dropDatabase(databaseUrl)
+    ),
     await sqlBackend("embedded", { DATA_DIR: tempDir("hookline-neighbours-embedded-") }, async () => {})
   )
 }, 120_000)

@@ -14,7 +14,7 @@
  * - Hooks rank by score, then newest, then id (both descending), as search ties do.
  * - So that no line scores a million hooks, the candidates are: every hook holding one of the
  *   line's rarer lexemes (taken fewest hooks first while their hooks add up to at most
- *   2,000), and, for the lexemes left, the 500 newest hooks holding any of them (neighbourBounds).
+ *   1,000), and, for the lexemes left, the 200 newest hooks holding any of them (neighbourBounds).
  *   A hook that holds only common words of the line can be left out when it is older than those.
  *   A line with a word the catalog holds always gets at least one hook.
  */
@@ -28,7 +28,7 @@ export interface NeighbourBounds {
 }
 
 /** The bounds the catalog ranks with (tests use smaller ones to reach the common words' path on a small catalog). */
-export const neighbourBounds: NeighbourBounds = { rareBudget: 2_000, commonSample: 500 }
+export const neighbourBounds: NeighbourBounds = { rareBudget: 1_000, commonSample: 200 }
 /** At most this many lexemes of a line are searched (a hook line is a sentence or two). */
 export const MAX_LINE_LEXEMES = 32
 
