@@ -7,6 +7,9 @@
  * and can then refuse every connection for a while (the database unreachable).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Effect } from "effect"
+import { FetchHttpClient } from "effect/http"
+import { IdempotencyInProgress, makeHooklineClient } from "../src/client.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { waitFor } from "./support/outage.js"
 import { pgProxy } from "./support/pgProxy.js"
@@ -161,6 +164,12 @@ describe("a grant whose session PostgreSQL keeps open after the server lost its 
     const { accountId, unknownBefore, first } = await firstGrantCut(key, "holdCommit")
     await expectOutcomeUnknown(first, unknownBefore)
     await expectRefusedWhileUnknown(() => grant(accountId, key), unknownBefore)
+    // The typed client knows the answer: its error is the IdempotencyInProgress class.
+    const viaClient = await Effect.runPromise(Effect.gen(function*() {
+      const client = yield* makeHooklineClient({ baseUrl: server.url, apiKey: server.adminToken, idempotencyKey: key })
+      return yield* Effect.flip(client.admin.grantCredits({ params: { id: accountId }, payload: { bucket: "topup", amount: 25, reason: "invoice 77" } }))
+    }).pipe(Effect.provide(FetchHttpClient.layer)))
+    expect(viaClient).toBeInstanceOf(IdempotencyInProgress)
     expect(await grantsOf(accountId)).toEqual({ grants: 0, topup: 0 })
 
     await proxy.endHeld("commit")
