@@ -191,7 +191,7 @@ const make = Effect.gen(function*() {
       const found = yield* repo.findLiveKey(request.scope, request.key)
       const answer = Option.isSome(found) ? yield* answerIn(sealer, found.value, request) : Option.none<StoredAnswer>()
       return Option.match(answer, { onNone: () => notCommitted, onSome: (stored): Outcome => ({ _tag: "Committed", answer: stored }) })
-    }).pipe(Effect.catchCause(() => Effect.succeed(unknown)))
+    }).pipe(Effect.catchDefect(() => Effect.succeed(unknown)))
 
   /** Keeps asking for an unknown outcome in the background until it is known. */
   const resolveLater = (request: KeyRequest, owner: string) => resolveInBackground(outcomeOf(request, owner), request, config, scope)
