@@ -9,7 +9,7 @@ import { createHash } from "node:crypto"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { ProgressReporter } from "../src/Admin/ImportProgress.js"
-import { HookCatalog } from "../src/Hooks/HookCatalog.js"
+import { CatalogImport } from "../src/Hooks/CatalogImport.js"
 import { importHooks, type ImportProgress, importHooksFromFile } from "../src/Hooks/Import.js"
 import { type ErrorBody, type HookPage, type HookRichBody, type ImportResult, startTestServer, type TestServer } from "./support/server.js"
 
@@ -262,7 +262,7 @@ describe("a bug while importing", () => {
     const valid = new TextEncoder().encode(JSON.stringify({ text: "Bugwren", platform: "tiktok", source_url: "https://bug.example/1" }) + "\n")
     // A chunk that is not bytes makes the splitter throw a TypeError: a bug, not a bad record.
     const broken = Stream.make(valid, null as unknown as Uint8Array)
-    const catalog = HookCatalog.layer.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(server.databaseUrl) })))
+    const catalog = CatalogImport.layer.pipe(Layer.provideMerge(PgClient.layer({ url: Redacted.make(server.databaseUrl) })))
     const exit = await Effect.runPromiseExit(importHooks(broken, { format: "ndjson" }).pipe(Effect.provide(catalog)))
     expect(Exit.isFailure(exit)).toBe(true)
     if (Exit.isFailure(exit)) {
@@ -279,7 +279,7 @@ describe("importing a file (the CLI path)", () => {
     writeFileSync(path, ndjson(Array.from({ length: 25 }, (_, i) => ({ text: `Filefinch ${i}`, platform: "tiktok", source_url: `https://file.example/${i}` }))))
     const progress: Array<ImportProgress> = []
     const database = PgClient.layer({ url: Redacted.make(server.databaseUrl) })
-    const catalog = HookCatalog.layer.pipe(
+    const catalog = CatalogImport.layer.pipe(
       Layer.provideMerge(database),
       Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { IMPORT_BATCH_SIZE: "10" } })))
     )

@@ -7,6 +7,7 @@ import { bearerToken } from "../Auth/Bearer.js"
 import { clientAddressOf } from "../Auth/Http.js"
 import { Secrets } from "../Config.js"
 import { InvalidApiKey, NotFound, RequestId } from "../Errors.js"
+import { CatalogImport } from "../Hooks/CatalogImport.js"
 import { HookCatalog } from "../Hooks/HookCatalog.js"
 import { importHooksFromRequest } from "../Hooks/Import.js"
 import { idempotent } from "../Idempotency/Http.js"
@@ -49,6 +50,7 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
     const accounts = yield* Accounts
     const auth = yield* Auth
     const catalog = yield* HookCatalog
+    const catalogImport = yield* CatalogImport
     const budgets = yield* KeyBudgets
     const deliveries = yield* WebhookDeliveries
     return handlers
@@ -78,6 +80,7 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
             accounts.grant(params.id, {
               bucket: payload.bucket,
               amount: payload.amount,
+              expiresAt: payload.expires_at ?? null,
               reason: payload.reason ?? null,
               referenceId: payload.reference ?? null,
               requestId
@@ -89,6 +92,6 @@ export const AdminHandlers = HttpApiBuilder.group(HooklineApi, "admin", (handler
       .handle("recoverDeliveries", ({ params, payload }) =>
         Effect.andThen(accounts.get(params.id), deliveries.recover(params.id, payload.since)))
       .handle("putCategories", ({ payload }) => catalog.putCategories(payload))
-      .handle("importHooks", () => importHooksFromRequest)
+      .handle("importHooks", () => Effect.provideService(importHooksFromRequest, CatalogImport, catalogImport))
   })
-).pipe(Layer.provide(AdminAuthenticationLive))
+).pipe(Layer.provide([AdminAuthenticationLive, CatalogImport.layer]))

@@ -7,11 +7,11 @@
 import { Cache, Context, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { readCursor, signCursor } from "../Cursor.js"
-import { NotFound, ValidationFailed } from "../Errors.js"
+import { InvalidCursor, NotFound, ServiceUnavailable, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
 import { chargedAtOnce, metered } from "../Ledger/Metering.js"
 import { hookPrice, pageCost, pagePrice } from "../Ledger/Prices.js"
-import type { HookCategory, HookLean, HookRich, ListParams, SearchParams } from "./Api.js"
+import type { HookCategory, HookCategoryList, HookLean, HookList, HookRich, ListParams, SearchParams } from "./Api.js"
 import { topSortMs } from "./CatalogSql.js"
 import { CatalogConfig, pageSize } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
@@ -162,6 +162,35 @@ const pricedRequests = <E>(
   return { searchRequest, listRequest, hookRequest }
 }
 
+/** A paid request: what charging it can answer and needs (Ledger/Metering.ts: the caller, the Ledger, the request), besides its own. */
+type Charged<A, E> = Effect.Effect<
+  A,
+  E | Effect.Error<ReturnType<typeof chargedAtOnce>>,
+  Effect.Services<ReturnType<typeof chargedAtOnce>>
+>
+
+/** What the catalog offers: the paid requests as the API answers them, and the reads and writes under them. */
+export interface HookCatalogService {
+  /** A search page as the API answers it, metered at its price; a blank query or a bad cursor is refused before any charge. */
+  readonly searchRequest: (params: typeof SearchParams.Type) => Charged<HookList, ValidationFailed | InvalidCursor | ServiceUnavailable>
+  /** A category's page, metered; an unknown category or a bad cursor is refused before any charge. */
+  readonly listRequest: (params: typeof ListParams.Type) => Charged<HookList, ValidationFailed | InvalidCursor | ServiceUnavailable>
+  /** One hook, charged once it is found; an unknown or malformed id costs nothing. */
+  readonly hookRequest: (id: string) => Charged<HookRich, NotFound>
+  readonly categories: Effect.Effect<typeof HookCategoryList.Type>
+  /** Replaces the category list (hooks keep their category slug even when it is removed). */
+  readonly putCategories: (input: ReadonlyArray<HookCategory>) => Effect.Effect<typeof HookCategoryList.Type>
+  /** One page of search results for a normalised query (normaliseQuery), after a position or from the start. */
+  readonly search: (normalised: string, after: Option.Option<SearchPosition>) => Effect.Effect<Page<SearchPosition>, ServiceUnavailable>
+  /** One page of a category's hooks, newest first. */
+  readonly list: (category: string, after: Option.Option<ListPosition>) => Effect.Effect<Page<ListPosition>, ServiceUnavailable>
+  readonly hook: (id: string) => Effect.Effect<Option.Option<HookRich>>
+  /** Inserts or updates hooks in one statement; a batch must not repeat an id. */
+  readonly upsert: (records: ReadonlyArray<HookRecord>) => Effect.Effect<{ readonly inserted: number; readonly updated: number }>
+  /** The hooks nearest to a line's lexemes, nearest first (NeighbourRule.ts). */
+  readonly neighbours: CatalogRepo["Service"]["neighbours"]
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* CatalogRepo
   const config = yield* CatalogConfig
@@ -176,7 +205,6 @@ const make = Effect.gen(function*() {
     next_cursor: null
   }))
 
-  /** Replaces the category list (hooks keep their category slug even when it is removed). */
   const putCategories = (input: ReadonlyArray<HookCategory>) => Effect.andThen(repo.replaceCategories(input), categories)
 
   /** One page of search results: ranked full-text matches, or the substring fallback for a query with no searchable word. */
@@ -199,32 +227,19 @@ const make = Effect.gen(function*() {
 
   const hook = (id: string) => Effect.map(repo.findHook(id), Option.map(toRich))
 
-  /** Inserts or updates hooks in one statement; a batch must not repeat an id. */
-  const upsert = (records: ReadonlyArray<HookRecord>) => repo.upsertHooks(records)
-
-  return {
-    config,
+  return HookCatalog.of({
     categories,
     putCategories,
-    categoryExists: repo.categoryExists,
-    catalogVersion: repo.catalogVersion,
     search,
     list,
     hook,
-    upsert,
-    /** The hooks nearest to a line's lexemes, nearest first (NeighbourRule.ts). */
+    upsert: repo.upsertHooks,
     neighbours: repo.neighbours,
-    /** A bulk import's statements (Import.ts runs them in its transaction). */
-    importStaging: {
-      create: repo.createImportStaging,
-      stage: repo.stageHooks,
-      upsertStaged: repo.upsertStagedHooks
-    },
     ...pricedRequests(cursorSecret, { search, list, categoryExists: repo.categoryExists, hook })
-  } as const
+  })
 })
 
-export class HookCatalog extends Context.Service<HookCatalog, Effect.Success<typeof make>>()("hookline/HookCatalog") {
+export class HookCatalog extends Context.Service<HookCatalog, HookCatalogService>()("hookline/HookCatalog") {
   /** Takes its CatalogRepo from the caller (a fake one in a test). */
   static readonly layerWithoutDependencies = Layer.effect(HookCatalog, make).pipe(Layer.provide(Secrets.layer))
   /** With its repository; needs SqlClient and the catalog's configuration from outside. */

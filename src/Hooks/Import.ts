@@ -13,7 +13,7 @@ import { SqlClient } from "effect/sql"
 import type { ImportResult } from "./Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
 import { orDieOnDb, withoutStatementTimeout } from "../Sql.js"
-import { HookCatalog } from "./HookCatalog.js"
+import { CatalogImport } from "./CatalogImport.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
 import { type ImportFormat, isSpace, NotAHookArray, type Piece, splitterFor } from "./ImportSplitters.js"
 
@@ -95,9 +95,9 @@ const bodyTooLarge = (maxBytes: number) =>
 export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, options: ImportOptions) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const { config, importStaging } = yield* HookCatalog
-    const maxBytes = options.maxBytes ?? config.importMaxBodyBytes
-    const splitter = splitterFor(options.format, config.importMaxRecordBytes)
+    const catalog = yield* CatalogImport
+    const maxBytes = options.maxBytes ?? catalog.limits.maxBodyBytes
+    const splitter = splitterFor(options.format, catalog.limits.maxRecordBytes)
     const rejected: Array<{ index: number; message: string }> = []
     let rejectedCount = 0
     let batch: Array<HookRecord> = []
@@ -105,7 +105,7 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
 
     const progress = () => options.onProgress?.({ ...totals, rejected: rejectedCount })
 
-    const pipeline = stagingPipeline(importStaging.stage, (count) => {
+    const pipeline = stagingPipeline(catalog.stage, (count) => {
       totals.staged += count
       progress()
     })
@@ -134,14 +134,14 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
             continue
           }
           batch.push(record.success)
-          if (batch.length >= config.importBatchSize) yield* stage
+          if (batch.length >= catalog.limits.batchSize) yield* stage
         }
       })
 
     yield* Effect.gen(function*() {
       // One import may take minutes at scale: it is an admin's, not bounded like a tenant's query.
       yield* withoutStatementTimeout
-      yield* importStaging.create()
+      yield* catalog.createStaging()
       yield* Stream.runForEach(input, (chunk) =>
         Effect.gen(function*() {
           totals.bytes += chunk.byteLength
@@ -152,7 +152,7 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
       yield* stage
       yield* pipeline.staged
       if (totals.staged === 0) return
-      totals.inserted = yield* importStaging.upsertStaged()
+      totals.inserted = yield* catalog.upsertStaged()
       totals.updated = totals.staged - totals.inserted
     }).pipe(Effect.scoped, sql.withTransaction, orDieOnDb)
     progress()
@@ -198,9 +198,9 @@ export const importHooksFromFile = (path: string, options: { readonly onProgress
 /** POST /admin/catalog/hooks: the request body, streamed; a declared size over the limit is refused before reading. */
 export const importHooksFromRequest = Effect.gen(function*() {
   const request = yield* HttpServerRequest.HttpServerRequest
-  const { importMaxBodyBytes } = (yield* HookCatalog).config
+  const { maxBodyBytes } = (yield* CatalogImport).limits
   const declared = request.headers["content-length"]
-  if (declared !== undefined && Number(declared) > importMaxBodyBytes) return yield* bodyTooLarge(importMaxBodyBytes)
+  if (declared !== undefined && Number(declared) > maxBodyBytes) return yield* bodyTooLarge(maxBodyBytes)
   const format = formatOfContentType(request.headers["content-type"])
   if (Option.isNone(format)) {
     return yield* new ValidationFailed({
@@ -210,5 +210,5 @@ export const importHooksFromRequest = Effect.gen(function*() {
   const body = request.stream.pipe(
     Stream.mapError(() => new ValidationFailed({ message: "The request body could not be read." }))
   )
-  return yield* importHooks(body, { format: format.value, maxBytes: importMaxBodyBytes })
+  return yield* importHooks(body, { format: format.value, maxBytes: maxBodyBytes })
 })
