@@ -9,7 +9,8 @@ export const CatalogConfig = Config.all({
   searchTimeout: Config.Duration("SEARCH_TIMEOUT").pipe(Config.withDefault(Duration.seconds(3))),
   /**
    * Newest hooks a one-word search examines before treating the word as rare and sorting its
-   * index matches instead. Changes speed only, never results.
+   * index matches instead; the similar-hooks query walks at most ten times as many for a line's
+   * common words. Changes speed only, never results.
    */
   searchWalkWindow: Config.Int("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
   /** First pages of search, and of list, kept in memory per process: up to this many each (0 turns the cache off). */
