@@ -1,7 +1,7 @@
 /** Identifiers: a prefix plus the 32 hex characters of a UUIDv7 (time-ordered, append-only indexes). */
 import { randomBytes, timingSafeEqual } from "node:crypto"
 
-export type IdPrefix = "hook" | "pred" | "upl" | "evt" | "acct" | "key" | "req" | "txn" | "hold" | "dlv"
+export type IdPrefix = "hook" | "pred" | "upl" | "evt" | "acct" | "key" | "req" | "txn" | "hold" | "dlv" | "grant"
 
 export const newId = (prefix: IdPrefix): string => `${prefix}_${Bun.randomUUIDv7().replaceAll("-", "")}`
 

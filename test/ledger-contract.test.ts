@@ -30,6 +30,8 @@ interface JournalEntry {
   readonly operation: string | null
   readonly reason: string | null
   readonly holdId: string | null
+  readonly referenceId: string | null
+  readonly grantId: string | null
 }
 
 /** Reads an account's journal, in the order it was written. */
@@ -48,7 +50,8 @@ const postgresJournal = Layer.effect(
   Effect.map(SqlClient.SqlClient, (sql) => ({
     rows: (accountId: string) =>
       sql<JournalEntry>`
-        SELECT entry_type AS "entryType", bucket, amount::int AS amount, operation, reason, hold_id AS "holdId"
+        SELECT entry_type AS "entryType", bucket, amount::int AS amount, operation, reason, hold_id AS "holdId",
+               reference_id AS "referenceId", grant_id AS "grantId"
           FROM credit_journal WHERE account_id = ${accountId} ORDER BY seq`.pipe(Effect.orDie)
   }))
 )
@@ -83,7 +86,9 @@ const backends: ReadonlyArray<{
               amount: row.amount,
               operation: row.operation,
               reason: row.reason,
-              holdId: row.holdId
+              holdId: row.holdId,
+              referenceId: row.referenceId,
+              grantId: row.grantId
             }))
           )
       })
@@ -303,6 +308,154 @@ for (const backend of backends) {
       expect(afterReserve(outcome.late.rows, outcome.prediction.id)).toEqual([])
       expect(Option.isNone(outcome.again)).toBe(true)
       expectBalanced(outcome.late)
+    })
+  })
+}
+
+const day = 24 * 60 * 60 * 1000
+
+/** A top-up grant of `amount` expiring `days` after `start` (null: never); the clock moves 1 ms, so grants' ages differ. */
+const topup = (ledger: Ledger["Service"], account: string, amount: number, days: number | null) =>
+  Effect.andThen(
+    ledger.grant(account, "topup", amount, { expiresAt: days === null ? null : new Date(start + days * day) }),
+    TestClock.adjust("1 millis")
+  )
+
+/** The live grants, as [amount, remaining, days to expiry from start or null], in spending order. */
+const liveGrants = (ledger: Ledger["Service"], account: string) =>
+  Effect.map(ledger.topupGrants(account, 100), ({ grants }) =>
+    grants.map((grant) => [grant.amount, grant.remaining, grant.expiresAt === null ? null : (grant.expiresAt.getTime() - start) / day]))
+
+for (const backend of backends) {
+  describe(`the Ledger's contract, top-up grants: ${backend.name}`, () => {
+    const opening = { monthlyGrant: 0, monthlyBalance: 5, topupBalance: 0 }
+
+    test("spending takes monthly first, then grants soonest-expiring first, never-expiring last; a refund goes back to each grant", async () => {
+      const outcome = await inCase(backend, opening, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* topup(ledger, account, 10, 30)
+          yield* topup(ledger, account, 10, null)
+          yield* topup(ledger, account, 10, 10)
+          yield* topup(ledger, account, 10, 20)
+          const hold = yield* ledger.reserve(account, 30, { operation: "search" })
+          const held = yield* liveGrants(ledger, account)
+          yield* ledger.refund(hold.id)
+          const refunded = yield* liveGrants(ledger, account)
+          const partial = yield* ledger.reserve(account, 25, { operation: "search" })
+          // 12 charged: the 5 monthly, then 7 of the first grant taken; 13 back, to the last taken first.
+          yield* ledger.settle(partial.id, 12)
+          return { hold, held, refunded, settled: yield* liveGrants(ledger, account), audited: yield* audit(account) }
+        }))
+      expect(outcome.hold.balancesAfter).toEqual({ monthly: 0, topup: 15 })
+      expect(outcome.held).toEqual([[10, 5, 30], [10, 10, null]])
+      expect(outcome.refunded).toEqual([[10, 10, 10], [10, 10, 20], [10, 10, 30], [10, 10, null]])
+      expect(outcome.settled).toEqual([[10, 3, 10], [10, 10, 20], [10, 10, 30], [10, 10, null]])
+      expect(outcome.audited.wallet).toMatchObject({ monthly: 0, topup: 33 })
+      expectBalanced(outcome.audited)
+    })
+
+    test("at expires_at what is left of a grant leaves through an expire row: not a millisecond before, once", async () => {
+      const outcome = await inCase(backend, opening, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* topup(ledger, account, 10, 1)
+          yield* topup(ledger, account, 4, null)
+          yield* ledger.charge(account, 8, { operation: "hook" })
+          yield* TestClock.setTime(start + day - 1)
+          yield* ledger.expireDueGrants
+          const before = yield* audit(account)
+          yield* TestClock.setTime(start + day)
+          const swept = yield* ledger.expireDueGrants
+          const again = yield* ledger.expireDueGrants
+          return { before, swept, again, grants: yield* liveGrants(ledger, account), audited: yield* audit(account) }
+        }))
+      expect(outcome.before.wallet.topup).toBe(11)
+      expect(outcome.swept).toBeGreaterThanOrEqual(1)
+      expect(outcome.again).toBe(0)
+      expect(outcome.grants).toEqual([[4, 4, null]])
+      const expiries = outcome.audited.rows.filter((row) => row.entryType === "expire")
+      expect(expiries.map((row) => [row.bucket, row.amount, row.operation, row.reason])).toEqual([["topup", -7, "admin", "top-up grant expired"]])
+      expect(expiries[0].referenceId).toBe(expiries[0].grantId)
+      expect(outcome.audited.wallet).toMatchObject({ monthly: 0, topup: 4 })
+      expectBalanced(outcome.audited)
+    })
+
+    test("a grant past expires_at is expired before the next read or debit, with no sweep; the debit spends the rest", async () => {
+      const outcome = await inCase(backend, opening, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* topup(ledger, account, 10, 1)
+          yield* topup(ledger, account, 6, 2)
+          yield* TestClock.setTime(start + day)
+          const hold = yield* ledger.reserve(account, 8, { operation: "search" })
+          const short = yield* Effect.flip(ledger.reserve(account, 4, { operation: "search" }))
+          return { hold, short, grants: yield* liveGrants(ledger, account), audited: yield* audit(account) }
+        }))
+      expect(outcome.hold.balancesAfter).toEqual({ monthly: 0, topup: 3 })
+      expect(outcome.short._tag).toBe("InsufficientCredits")
+      expect(outcome.grants).toEqual([[6, 3, 2]])
+      expect(outcome.audited.rows.filter((row) => row.entryType === "expire").map((row) => row.amount)).toEqual([-10])
+      expectBalanced(outcome.audited)
+    })
+
+    test("credits held when their grant expires expire with it when the hold gives them back", async () => {
+      const outcome = await inCase(backend, opening, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* topup(ledger, account, 10, 1)
+          yield* topup(ledger, account, 10, null)
+          const hold = yield* ledger.reserve(account, 12, { operation: "prediction", expires: false })
+          yield* TestClock.setTime(start + 2 * day)
+          yield* ledger.expireDueGrants
+          const refunded = yield* ledger.refund(hold.id)
+          return { hold, refunded, grants: yield* liveGrants(ledger, account), audited: yield* audit(account) }
+        }))
+      // Held: 5 monthly and 7 of the expiring grant. Back: the 7 expire at once, the 5 monthly return.
+      expect(Option.getOrThrow(outcome.refunded).balancesAfter).toEqual({ monthly: 5, topup: 10 })
+      expect(outcome.audited.rows.filter((row) => row.holdId === outcome.hold.id && row.entryType !== "reserve")
+        .map((row) => [row.entryType, row.bucket, row.amount, row.reason])).toEqual([
+          ["release", "topup", 7, null],
+          ["expire", "topup", -7, "top-up grant expired while held"],
+          ["release", "monthly", 5, null]
+        ])
+      expect(outcome.grants).toEqual([[10, 10, null]])
+      expectBalanced(outcome.audited)
+    })
+
+    test("an expiry must be in the future and only on a top-up grant; a reference repeats only with the same expiry", async () => {
+      const outcome = await inCase(backend, opening, (ledger, account) =>
+        Effect.gen(function*() {
+          const now = Effect.flip(ledger.grant(account, "topup", 5, { expiresAt: new Date(start) }))
+          const monthly = Effect.flip(ledger.grant(account, "monthly", 5, { expiresAt: new Date(start + day) }))
+          const details = { referenceId: "inv_7", expiresAt: new Date(start + day) }
+          yield* ledger.grant(account, "topup", 5, details)
+          const repeat = yield* ledger.grant(account, "topup", 5, details)
+          const otherExpiry = yield* Effect.flip(ledger.grant(account, "topup", 5, { ...details, expiresAt: null }))
+          return { now: yield* now, monthly: yield* monthly, repeat, otherExpiry, audited: yield* audit(account) }
+        }))
+      expect([outcome.now._tag, outcome.monthly._tag, outcome.otherExpiry._tag]).toEqual(["ValidationFailed", "ValidationFailed", "ValidationFailed"])
+      expect(outcome.now.message).toBe("expires_at: must be in the future.")
+      expect(outcome.repeat.topup).toBe(5)
+      expect(outcome.audited.rows.filter((row) => row.entryType === "grant" && row.bucket === "topup").map((row) => row.amount)).toEqual([5])
+      expectBalanced(outcome.audited)
+    })
+
+    test("concurrent reserves on grants never overdraw: exactly the credits there were are taken", async () => {
+      const outcome = await inCase(backend, { monthlyGrant: 0, monthlyBalance: 0, topupBalance: 0 }, (ledger, account) =>
+        Effect.gen(function*() {
+          yield* topup(ledger, account, 7, 3)
+          yield* topup(ledger, account, 7, null)
+          yield* topup(ledger, account, 6, 1)
+          const attempts = yield* Effect.all(
+            Array.from({ length: 30 }, () => Effect.result(ledger.reserve(account, 1, { operation: "search" }))),
+            { concurrency: "unbounded" }
+          )
+          const taken = attempts.filter((attempt) => attempt._tag === "Success")
+          const drained = yield* liveGrants(ledger, account)
+          yield* Effect.forEach(taken, (attempt) => ledger.refund(attempt.success.id), { concurrency: "unbounded", discard: true })
+          return { taken: taken.length, drained, restored: yield* liveGrants(ledger, account), audited: yield* audit(account) }
+        }))
+      expect(outcome.taken).toBe(20)
+      expect(outcome.drained).toEqual([])
+      expect(outcome.restored).toEqual([[6, 6, 1], [7, 7, 3], [7, 7, null]])
+      expectBalanced(outcome.audited)
     })
   })
 }

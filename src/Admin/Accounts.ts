@@ -51,6 +51,7 @@ const perAccount = (findRow: (id: string, lock: boolean) => Effect.Effect<unknow
       grant: (id: string, grant: {
         readonly bucket: Bucket
         readonly amount: number
+        readonly expiresAt?: Date | null
         readonly reason: string | null
         readonly referenceId: string | null
         readonly requestId: string

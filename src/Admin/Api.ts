@@ -24,7 +24,7 @@ import {
   Wallet
 } from "../Ledger/Api.js"
 import { Bucket } from "../Ledger/Domain.js"
-import { strict, Timestamp } from "../Schemas.js"
+import { strict, Timestamp, timestampInput } from "../Schemas.js"
 import { RecoverDeliveries, recoverDescription, WebhookRecovery } from "../Webhooks/Api.js"
 
 /** A whole number of credits in [min, max], with one plain message for any other number. */
@@ -106,13 +106,17 @@ export const GrantCredits = Schema.Struct({
   bucket: Bucket,
   amount: wholeCredits(1, maxBalance),
   reason: Schema.optionalKey(Schema.String.check(Schema.isMaxLength(500))),
+  expires_at: Schema.optionalKey(timestampInput(
+    "Top-up only: when what is left of this grant expires (in the future; absent: never). Spending takes top-up grants " +
+      "soonest-expiring first; at expires_at the rest leaves the top-up balance as an expiry in the credit history."
+  )),
   reference: Schema.optionalKey(
     Schema.String.check(
       Schema.isPattern(/^[\x20-\x7E]{1,255}$/u, { message: "must be 1 to 255 printable ASCII characters" })
     ).annotate({
       description: "The billing system's own id for this grant (an invoice or payment id), unique per account: " +
-        "a second grant with the same reference, bucket and amount credits nothing and answers the wallet; " +
-        "with another bucket or amount it is 422. Shown as reference.id in the credit history."
+        "a second grant with the same reference, bucket, amount and expires_at credits nothing and answers the wallet; " +
+        "with another it is 422. Shown as reference.id in the credit history."
     })
   )
 }).annotate({ identifier: "GrantCredits" })

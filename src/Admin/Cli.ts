@@ -34,7 +34,7 @@ const usage = `Usage: npm run admin -- <command>
   keys create <account_id> [--scopes hooks:read,predict:write,webhooks:write] [--spend-limit N]
   keys update <key_id> --spend-limit N|none
   keys revoke <key_id>
-  credits grant <account_id> --bucket monthly|topup --amount N [--reason R] [--reference R]
+  credits grant <account_id> --bucket monthly|topup --amount N [--reason R] [--reference R] [--expires-at ISO-8601]
   transactions <account_id> [--limit N] [--cursor C]
 ${usageHelp}
   (every POST also takes --idempotency-key K)
@@ -70,6 +70,7 @@ const cliOptions = {
   amount: { type: "string" },
   reason: { type: "string" },
   reference: { type: "string" },
+  "expires-at": { type: "string" },
   "idempotency-key": { type: "string" },
   limit: { type: "string" },
   cursor: { type: "string" },
@@ -96,6 +97,12 @@ const int = (name: string, value: string | undefined) => {
   if (value === undefined) return undefined
   const parsed = Number(value)
   if (!Number.isInteger(parsed)) throw new UsageError(`--${name} must be an integer`)
+  return parsed
+}
+const date = (name: string, value: string | undefined) => {
+  if (value === undefined) return undefined
+  const parsed = new Date(value)
+  if (Number.isNaN(parsed.getTime())) throw new UsageError(`--${name} must be an ISO 8601 date-time, e.g. 2027-01-31T00:00:00Z`)
   return parsed
 }
 /** The same object without its undefined properties: a payload leaves an absent option out. */
@@ -208,7 +215,8 @@ const command = Effect.gen(function*() {
           bucket: (values.bucket ?? "") as "monthly" | "topup",
           amount: int("amount", values.amount) ?? 0,
           reason: values.reason,
-          reference: values.reference
+          reference: values.reference,
+          expires_at: date("expires-at", values["expires-at"])
         })
       })
 

@@ -4,8 +4,8 @@ import { HttpApi, HttpApiEndpoint, HttpApiGroup, OpenApi } from "effect/http-api
 import { AccessRule, Authentication, needs } from "../Auth/Api.js"
 import { InvalidCursorWire } from "../Errors.js"
 import { Cursor, ListOf, PageLimit, strict, Timestamp, timestampInput } from "../Schemas.js"
-import { toNullableTimestamp } from "../Schemas.js"
-import { Bucket, type WalletState } from "./Domain.js"
+import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
+import { Bucket, type TopupGrant as TopupGrantState, type WalletState } from "./Domain.js"
 import { predictionPrice } from "./Prices.js"
 
 export { maxBalance } from "./Domain.js"
@@ -24,6 +24,36 @@ export const walletOf = (state: WalletState): Wallet => ({
   monthly_balance: state.monthly,
   monthly_period_end: toNullableTimestamp(state.periodEnd),
   topup_balance: state.topup
+})
+
+export const TopupGrant = Schema.Struct({
+  object: Schema.Literal("topup_grant"),
+  id: Schema.String.annotate({ description: "The grant's id; its expiry in the credit history carries it as reference.id." }),
+  amount: Schema.Int.annotate({ description: "Credits granted." }),
+  remaining: Schema.Int.annotate({ description: "Credits left of it: part of topup_balance until spent or expired." }),
+  expires_at: Schema.NullOr(Timestamp).annotate({ description: "When what is left expires; null: never." }),
+  created_at: Timestamp
+}).annotate({ identifier: "TopupGrant" })
+
+export const TopupGrantList = ListOf(TopupGrant, "TopupGrantList")
+export type TopupGrantList = typeof TopupGrantList.Type
+
+/** The most live grants one answer lists: the first to be spent; `has_more` says there are others. */
+export const grantsListed = 100
+
+/** The live top-up grants as the contract lists them. */
+export const topupGrantListOf = (listed: { readonly grants: ReadonlyArray<TopupGrantState>; readonly more: boolean }): TopupGrantList => ({
+  object: "list",
+  data: listed.grants.map((grant) => ({
+    object: "topup_grant",
+    id: grant.id,
+    amount: grant.amount,
+    remaining: grant.remaining,
+    expires_at: toNullableTimestamp(grant.expiresAt),
+    created_at: toTimestamp(grant.createdAt)
+  })),
+  has_more: listed.more,
+  next_cursor: null
 })
 
 export const KeySpend = Schema.Struct({
@@ -163,6 +193,18 @@ export class WalletApi extends HttpApiGroup.make("wallet")
       .annotate(AccessRule, needs(null, true))
       .annotate(OpenApi.Summary, "Get the wallet")
       .annotate(OpenApi.Description, "The monthly and top-up balances. Costs 0. Stays available after plan loss.")
+  )
+  .add(
+    HttpApiEndpoint.get("grants", "/wallet/grants", { success: TopupGrantList })
+      .annotate(AccessRule, needs(null, true))
+      .annotate(OpenApi.Summary, "List live top-up grants")
+      .annotate(
+        OpenApi.Description,
+        "The top-up grants with credits left, in the order spending takes them: soonest expires_at first, never-expiring " +
+          `last, then oldest. topup_balance is the sum of their remaining credits. At most ${grantsListed} (the first to be ` +
+          "spent); has_more is true when there are more, and next_cursor is always null. Costs 0. Any valid key. " +
+          "Stays available after plan loss."
+      )
   )
   .add(
     HttpApiEndpoint.get("transactions", "/wallet/transactions", {

@@ -50,7 +50,18 @@ export interface ReserveOptions {
 }
 
 export interface GrantDetails {
+  /** Top-up only: when what is left of the grant expires; none: never. */
+  readonly expiresAt?: Date | null
   readonly reason?: string | null
   readonly referenceId?: string | null
   readonly requestId?: string | null
+}
+
+/** A live top-up grant: what it granted, what is left, and when that expires (null: never). */
+export interface TopupGrant {
+  readonly id: string
+  readonly amount: number
+  readonly remaining: number
+  readonly expiresAt: Date | null
+  readonly createdAt: Date
 }

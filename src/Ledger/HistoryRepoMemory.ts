@@ -10,9 +10,8 @@
  * in the history, as the database does. Provide it instead of the memory ledger's own layer; a
  * journal row written past it is a defect when read.
  *
- * What differs: a row's time is the Clock's when its statement ran (PostgreSQL's is the
- * transaction's start), and `usageStatement` is the PostgreSQL statement compiled for EXPLAIN,
- * which fails if run: there is no database here.
+ * What differs: `usageStatement` is the PostgreSQL statement compiled for EXPLAIN, which fails
+ * if run: there is no database here.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Effect, Layer, Option, Schema } from "effect"
@@ -131,7 +130,8 @@ const recordingLedger = (inner: LedgerRepo["Service"], state: MemoryHistoryState
       }),
     refundHold: (holdId) => recorded(inner.refundHold(holdId), null),
     voidHold: (holdId) => recorded(inner.voidHold(holdId), null),
-    grant: (input) => recorded(inner.grant(input), input.requestId)
+    grant: (input) => recorded(inner.grant(input), input.requestId),
+    expireGrants: (accountId) => recorded(inner.expireGrants(accountId), null)
   }
 }
 

@@ -4,7 +4,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { HooklineApi } from "../Api.js"
 import { CurrentCaller } from "../Auth/Api.js"
 import { NotFound } from "../Errors.js"
-import { walletOf } from "./Api.js"
+import { grantsListed, topupGrantListOf, walletOf } from "./Api.js"
 import { WalletAlerts } from "./Alerts.js"
 import { KeyBudgets } from "./Budgets.js"
 import { CreditHistory } from "./History.js"
@@ -22,6 +22,7 @@ export const WalletHandlers = HttpApiBuilder.group(HooklineApi, "wallet", (handl
       Effect.flatMap(CurrentCaller, (caller) => call(caller.accountId))
     return handlers
       .handle("get", () => forCaller((accountId) => Effect.map(ledger.wallet(accountId), walletOf)))
+      .handle("grants", () => forCaller((accountId) => Effect.map(ledger.topupGrants(accountId, grantsListed), topupGrantListOf)))
       .handle("transactions", ({ query }) => forCaller((accountId) => history.list(accountId, query, "wallet.transactions")))
       .handle("usage", ({ query }) => forCaller((accountId) => usage.summarise(accountId, query)))
       .handle("currentKey", () =>

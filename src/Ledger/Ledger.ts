@@ -23,6 +23,7 @@ import {
   type ReserveOptions,
   type WalletState
 } from "./Domain.js"
+import { grantOperations } from "./LedgerGrants.js"
 import { type DebitRow, LedgerRepo, type ResolveRow } from "./Repo.js"
 
 export type { Balances, Hold, Operation, Resolution, ReserveOptions, WalletState } from "./Domain.js"
@@ -30,7 +31,9 @@ export type { Balances, Hold, Operation, Resolution, ReserveOptions, WalletState
 export const LedgerConfig = Config.all({
   /** A hold left pending this long by a crashed request is voided by the sweeper. */
   holdTimeout: Config.Duration("HOLD_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10))),
-  sweepInterval: Config.Duration("LEDGER_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(30)))
+  sweepInterval: Config.Duration("LEDGER_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(30))),
+  /** How often the sweep expires the top-up grants that are due (a read or debit of the wallet expires them first too). */
+  grantExpiryInterval: Config.Duration("GRANT_EXPIRY_INTERVAL").pipe(Config.withDefault(Duration.seconds(30)))
 })
 
 /** How many expired holds one sweep voids at most. */
@@ -45,16 +48,25 @@ const toResolution = Option.map((row: ResolveRow): Resolution => ({
 
 type LedgerSettings = Config.Success<typeof LedgerConfig>
 
+/**
+ * What is due on the account before anything is read or taken: the rollover of a period that
+ * ended, then the expiry of top-up grants that are due. Both are no-ops when nothing is due.
+ */
+const catchUp = (repo: LedgerRepo["Service"], accountId: string) =>
+  Effect.andThen(repo.rollOver(accountId), repo.expireGrants(accountId))
+
 /** The wallet and its monthly periods. */
 const periodOperations = (repo: LedgerRepo["Service"]) => {
   /** Monthly periods that ended, for every wallet (null) or one; returns how many rolled over. */
   const rollover = tracedFn("Ledger.rollover", (accountId: string | null) => repo.rollOver(accountId))
 
-  /** The wallet, after any rollover that is due. */
+  /** The wallet, after any rollover and grant expiry that is due. */
   const wallet = tracedFn("Ledger.wallet", Effect.fnUntraced(function*(accountId: string) {
     let row = yield* repo.findWallet(accountId)
-    if (Option.isSome(row) && row.value.monthly_period_end !== null && row.value.monthly_period_end <= (yield* currentDate)) {
-      yield* repo.rollOver(accountId)
+    const now = yield* currentDate
+    const due = (at: Date | null) => at !== null && at <= now
+    if (Option.isSome(row) && (due(row.value.monthly_period_end) || due(row.value.next_grant_expiry))) {
+      yield* catchUp(repo, accountId)
       row = yield* repo.findWallet(accountId)
     }
     if (Option.isNone(row)) return yield* noWallet(accountId)
@@ -79,7 +91,8 @@ const periodOperations = (repo: LedgerRepo["Service"]) => {
 /** Taking credits: into a hold, or at once. */
 const debitOperations = (repo: LedgerRepo["Service"], config: LedgerSettings) => {
   /**
-   * Runs one debit statement; when the period has ended it rolls over and tries once more. Fails
+   * Runs one debit statement; when the period has ended or a top-up grant is due it catches up
+   * (rollover, expiry) and tries once more. Fails
    * (nothing changed) with SpendLimitReached when the key's limit refused it, else with
    * InsufficientCredits when the wallet is short.
    */
@@ -93,8 +106,8 @@ const debitOperations = (repo: LedgerRepo["Service"], config: LedgerSettings) =>
     Effect.gen(function*() {
       if (!Number.isInteger(amount) || amount <= 0) return yield* Effect.die(new Error(`Invalid debit amount ${amount}`))
       let row = yield* attempt
-      if (Option.isSome(row) && row.value.rollover_due) {
-        yield* repo.rollOver(accountId)
+      if (Option.isSome(row) && (row.value.rollover_due || row.value.expiry_due)) {
+        yield* catchUp(repo, accountId)
         row = yield* attempt
       }
       if (Option.isNone(row)) return yield* noWallet(accountId)
@@ -186,64 +199,6 @@ const resolveOperations = (repo: LedgerRepo["Service"]) => {
   }).pipe(Effect.withSpan("Ledger.voidExpiredHolds"))
 
   return { settle, refund, voidExpiredHolds }
-}
-
-/** Adding credits: admin and billing grants, and a new account's opening balances. */
-const grantOperations = (repo: LedgerRepo["Service"], wallet: (accountId: string) => Effect.Effect<WalletState>) => {
-  /**
-   * Adds credits to one bucket (an admin or billing grant), journaled, and answers the wallet.
-   * A `referenceId` (the billing system's id) credits at most once per account: of concurrent
-   * grants with one reference exactly one credits. A repeat with the same bucket and amount
-   * credits nothing and answers the wallet; with another bucket or amount it fails with
-   * ValidationFailed, as does a grant that would take a balance past maxBalance.
-   */
-  const grant = tracedFn("Ledger.grant", Effect.fnUntraced(function*(accountId: string, bucket: Bucket, amount: number, details: GrantDetails) {
-    yield* Effect.annotateCurrentSpan({ accountId, bucket, amount })
-    // A period that ended is rolled over first, so a monthly grant lands in the new period.
-    yield* repo.rollOver(accountId)
-    const referenceId = details.referenceId ?? null
-    const result = yield* repo.grant({
-      accountId,
-      bucket,
-      amount,
-      reason: details.reason ?? null,
-      referenceId,
-      requestId: details.requestId ?? null
-    })
-    if (result.found === 0) return yield* noWallet(accountId)
-    if (result.overflow > 0) {
-      return yield* new ValidationFailed({ message: `amount: the ${bucket} balance would pass ${maxBalance} credits, the most a balance holds.` })
-    }
-    if (result.granted === 0 && referenceId !== null) {
-      const earlier = yield* repo.findGrantByReference({ accountId, referenceId })
-      if (Option.isSome(earlier) && (earlier.value.bucket !== bucket || earlier.value.amount !== amount)) {
-        return yield* new ValidationFailed({
-          message: `reference: ${JSON.stringify(referenceId)} already granted ${earlier.value.amount} ${earlier.value.bucket} credits to this account; ` +
-            "a grant with the same reference must have the same bucket and amount."
-        })
-      }
-    }
-    return yield* wallet(accountId)
-  }))
-
-  /**
-   * Opens the wallet of a new account with its starting balances, journaled as grants.
-   * The monthly period starts now when the account has a monthly grant.
-   */
-  const openWallet = tracedFn("Ledger.openWallet", Effect.fnUntraced(function*(accountId: string, opening: {
-    readonly monthlyGrant: number
-    readonly monthlyBalance: number
-    readonly topupBalance: number
-  }) {
-    yield* repo.withTransaction(Effect.gen(function*() {
-      yield* repo.openWallet({ accountId, monthlyGrant: opening.monthlyGrant })
-      const reason = { reason: "opening balance" }
-      if (opening.monthlyBalance > 0) yield* grant(accountId, "monthly", opening.monthlyBalance, reason)
-      if (opening.topupBalance > 0) yield* grant(accountId, "topup", opening.topupBalance, reason)
-    })).pipe(Effect.catchTag("SqlError", Effect.die))
-  }))
-
-  return { grant, openWallet }
 }
 
 const make = Effect.gen(function*() {

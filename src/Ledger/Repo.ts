@@ -14,6 +14,7 @@ import { newId } from "../Ids.js"
 import { atRepoBoundary, currentDate } from "../Repository.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
 import { budgetStatements } from "./RepoBudgets.js"
+import { grantStatements } from "./RepoGrants.js"
 import { debitStatement, resolveStatement, rolloverStatement, timeParameter } from "./RepoSql.js"
 
 const AccountId = Schema.String
@@ -21,7 +22,9 @@ const AccountId = Schema.String
 const WalletRow = Schema.Struct({
   monthly_balance: Schema.Number,
   topup_balance: Schema.Number,
-  monthly_period_end: Schema.NullOr(Schema.Date)
+  monthly_period_end: Schema.NullOr(Schema.Date),
+  /** The soonest expiry among the top-up grants not yet expired; null: none expires. */
+  next_grant_expiry: Schema.NullOr(Schema.Date)
 })
 
 const Debit = Schema.Struct({
@@ -41,11 +44,13 @@ const HoldDebit = Schema.Struct({
 })
 
 /**
- * A debit's outcome: balances null when it was refused (nothing changed), `over_limit` when the
+ * A debit's outcome: balances null when it was refused (nothing changed); `rollover_due` /
+ * `expiry_due`: refused because the period ended or a top-up grant is due, to run first; `over_limit` when the
  * key's spend limit refused it (with the limit and the end of the key's period).
  */
 const DebitRow = Schema.Struct({
   rollover_due: Schema.Boolean,
+  expiry_due: Schema.Boolean,
   monthly_balance: Schema.NullOr(Schema.Number),
   topup_balance: Schema.NullOr(Schema.Number),
   over_limit: Schema.Boolean,
@@ -66,19 +71,6 @@ const ResolveRow = Schema.Struct({
 
 export type ResolveRow = typeof ResolveRow.Type
 
-const Grant = Schema.Struct({
-  accountId: AccountId,
-  bucket: Bucket,
-  amount: Schema.Int,
-  reason: Schema.NullOr(Schema.String),
-  referenceId: Schema.NullOr(Schema.String),
-  requestId: Schema.NullOr(Schema.String)
-})
-
-const GrantRow = Schema.Struct({ found: Schema.Number, granted: Schema.Number, overflow: Schema.Number })
-
-const EarlierGrant = Schema.Struct({ bucket: Bucket, amount: Schema.Number })
-
 const NewPeriod = Schema.Struct({ accountId: AccountId, monthlyGrant: Schema.Int })
 
 /** Reading a wallet, opening one, and its monthly periods. */
@@ -87,7 +79,7 @@ const walletStatements = (sql: SqlClient.SqlClient) => {
     Request: AccountId,
     Result: WalletRow,
     execute: (accountId) =>
-      sql`SELECT monthly_balance, topup_balance, monthly_period_end FROM wallets WHERE account_id = ${accountId}`
+      sql`SELECT monthly_balance, topup_balance, monthly_period_end, next_grant_expiry FROM wallets WHERE account_id = ${accountId}`
   })
 
   const rollOver = SqlSchema.findOne({
@@ -199,60 +191,6 @@ const holdStatements = (sql: SqlClient.SqlClient) => {
     voidHold: (holdId: string) => resolveAs("voided")({ holdId, charge: 0 }),
     expiredHoldIds: (limit: number) => Effect.map(expiredHoldIds(limit), (rows) => rows.map((row) => row.id)),
     noteDepleted
-  }
-}
-
-/** Grants, at most once per billing reference. */
-const grantStatements = (sql: SqlClient.SqlClient) => {
-  /**
-   * Adds credits to one bucket, journaled. A `referenceId` credits at most once per account: the
-   * journal's unique index decides atomically. A balance passing maxBalance credits nothing.
-   */
-  const grant = SqlSchema.findOne({
-    Request: Grant,
-    Result: GrantRow,
-    execute: (g) => Effect.flatMap(currentDate, (now) => {
-      const at = timeParameter(sql, now)
-      const toMonthly = g.bucket === "monthly" ? g.amount : 0
-      const toTopup = g.bucket === "topup" ? g.amount : 0
-      return sql`
-        WITH old AS (
-          SELECT monthly_balance AS m, topup_balance AS t FROM wallets WHERE account_id = ${g.accountId} FOR UPDATE
-        ),
-        journal AS (
-          INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, operation, reference_id, request_id, reason,
-                                      created_at)
-          SELECT ${newId("txn")}, ${g.accountId}, 'grant', ${g.bucket}, ${g.amount}, m + ${toMonthly}, t + ${toTopup},
-                 'admin', ${g.referenceId}, ${g.requestId}, ${g.reason}, ${at}
-            FROM old WHERE m + ${toMonthly} <= ${maxBalance} AND t + ${toTopup} <= ${maxBalance}
-          ON CONFLICT (account_id, reference_id)
-            WHERE entry_type = 'grant' AND operation = 'admin' AND reference_id IS NOT NULL
-            DO NOTHING
-          RETURNING 1
-        ),
-        w AS (
-          UPDATE wallets
-             SET monthly_balance = monthly_balance + ${toMonthly}, topup_balance = topup_balance + ${toTopup}
-           WHERE account_id = ${g.accountId} AND EXISTS (SELECT 1 FROM journal)
-          RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM old)::int AS found, (SELECT count(*) FROM w)::int AS granted,
-               (SELECT count(*) FROM old WHERE m + ${toMonthly} > ${maxBalance} OR t + ${toTopup} > ${maxBalance})::int AS overflow`
-    })
-  })
-
-  const findGrantByReference = SqlSchema.findOneOption({
-    Request: Schema.Struct({ accountId: AccountId, referenceId: Schema.String }),
-    Result: EarlierGrant,
-    execute: ({ accountId, referenceId }) =>
-      sql`SELECT bucket, amount FROM credit_journal
-           WHERE account_id = ${accountId} AND reference_id = ${referenceId}
-             AND entry_type = 'grant' AND operation = 'admin'`
-  })
-
-  return {
-    grant,
-    findGrantByReference
   }
 }
 

@@ -6,9 +6,10 @@
  * A transaction here is all or nothing too: the state is restored when the effect fails.
  */
 import { Clock, Effect, Exit, Layer, Option } from "effect"
-import { type Bucket, maxBalance } from "./Domain.js"
+import type { Bucket } from "./Domain.js"
 import { LedgerRepo } from "./Repo.js"
 import { budgetsOf, keyPeriodEnd, type MemoryBudgetsState } from "./RepoBudgetsMemory.js"
+import { type GrantTakes, grantsOf, type MemoryGrant } from "./RepoGrantsMemory.js"
 
 export interface MemoryWallet {
   monthly: number
@@ -32,6 +33,8 @@ export interface MemoryHold {
   /** The key it counted against, and that key's period end then. */
   readonly keyId: string | null
   readonly keyPeriodEnd: number | null
+  /** The top-up grants it took from, in the order taken. */
+  readonly topupGrants: GrantTakes
   status: "pending" | "settled" | "refunded" | "voided"
 }
 
@@ -47,12 +50,16 @@ export interface MemoryJournalRow {
   readonly referenceId: string | null
   readonly reason: string | null
   readonly keyId: string | null
+  /** The top-up grant a grant or expire row is about. */
+  readonly grantId: string | null
 }
 
 export interface MemoryLedgerState extends MemoryBudgetsState {
   wallets: Map<string, MemoryWallet>
   holds: Map<string, MemoryHold>
   journal: Array<MemoryJournalRow>
+  /** Top-up grants by id (`topup_grants`). */
+  grants: Map<string, MemoryGrant>
   /** Accounts whose refusal was noted (wallet.depleted, in the database). */
   depleted: Array<string>
 }
@@ -73,6 +80,7 @@ const copyState = (state: MemoryLedgerState): MemoryLedgerState => ({
   wallets: new Map([...state.wallets].map(([id, wallet]) => [id, { ...wallet }])),
   holds: new Map([...state.holds].map(([id, hold]) => [id, { ...hold }])),
   journal: [...state.journal],
+  grants: new Map([...state.grants].map(([id, grant]) => [id, { ...grant }])),
   depleted: [...state.depleted],
   budgets: new Map([...state.budgets].map(([id, budget]) => [id, { ...budget }])),
   limitEvents: [...state.limitEvents]
@@ -81,9 +89,9 @@ const copyState = (state: MemoryLedgerState): MemoryLedgerState => ({
 type Repo = LedgerRepo["Service"]
 type DebitInput = Parameters<Repo["chargeAtOnce"]>[0]
 
-const walletStatements = (state: MemoryLedgerState) => {
-  const journal = (row: Omit<MemoryJournalRow, "holdId" | "referenceId" | "keyId"> & Partial<MemoryJournalRow>) =>
-    state.journal.push({ holdId: null, referenceId: null, keyId: null, ...row })
+const walletStatements = (state: MemoryLedgerState, nextGrantExpiry: (accountId: string) => number | null) => {
+  const journal = (row: Omit<MemoryJournalRow, "holdId" | "referenceId" | "keyId" | "grantId"> & Partial<MemoryJournalRow>) =>
+    state.journal.push({ holdId: null, referenceId: null, keyId: null, grantId: null, ...row })
 
   /** Ends the period: unused monthly credits expire, the grant is credited, the period moves on. */
   const newPeriod = (accountId: string, wallet: MemoryWallet, reason: { expire: string; grant: string }) => {
@@ -135,7 +143,8 @@ const walletStatements = (state: MemoryLedgerState) => {
           Option.map(Option.fromNullishOr(state.wallets.get(accountId)), (wallet) => ({
             monthly_balance: wallet.monthly,
             topup_balance: wallet.topup,
-            monthly_period_end: wallet.periodEnd === null ? null : new Date(wallet.periodEnd)
+            monthly_period_end: wallet.periodEnd === null ? null : new Date(wallet.periodEnd),
+            next_grant_expiry: Option.getOrNull(Option.map(Option.fromNullishOr(nextGrantExpiry(accountId)), (at) => new Date(at)))
           }))
         ),
       rollOver,
@@ -146,19 +155,20 @@ const walletStatements = (state: MemoryLedgerState) => {
 }
 
 type Budgets = ReturnType<typeof budgetsOf>
+type Grants = ReturnType<typeof grantsOf>
 
 /** Monthly first, then top-up; refused (balances null) when short, past the key's limit, or when the period has ended. */
-const debitIn = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"], budgets: Budgets) =>
+const debitIn = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"], budgets: Budgets, grants: Grants) =>
 (input: DebitInput, hold: { readonly holdId: string; readonly expiresInSeconds: number | null } | null) =>
   Effect.map(Clock.currentTimeMillis, (now) => {
     const wallet = state.wallets.get(input.accountId)
     if (wallet === undefined) return Option.none()
     const key = budgets.check(input.keyId, keyPeriodEnd(wallet.periodEnd, now), input.amount)
     const limit = { spend_limit: key?.budget.limit ?? null, key_period_end: key === null ? null : new Date(key.periodEnd) }
-    const refused = (rolloverDue: boolean) =>
-      Option.some({ rollover_due: rolloverDue, monthly_balance: null, topup_balance: null, over_limit: key?.overLimit ?? false, ...limit })
-    if (wallet.periodEnd !== null && wallet.periodEnd <= now) return refused(true)
-    if (wallet.monthly + wallet.topup < input.amount || key?.overLimit === true) return refused(false)
+    const nextExpiry = grants.nextExpiry(input.accountId)
+    const due = { rollover_due: wallet.periodEnd !== null && wallet.periodEnd <= now, expiry_due: nextExpiry !== null && nextExpiry <= now }
+    const refused = () => Option.some({ ...due, monthly_balance: null, topup_balance: null, over_limit: key?.overLimit ?? false, ...limit })
+    if (due.rollover_due || due.expiry_due || wallet.monthly + wallet.topup < input.amount || key?.overLimit === true) return refused()
     if (key !== null) Object.assign(key.budget, { spent: key.spent + input.amount, periodEnd: key.periodEnd })
     const { accountId, keyId, operation, referenceId } = input
     const fromMonthly = Math.min(wallet.monthly, input.amount)
@@ -166,6 +176,7 @@ const debitIn = (state: MemoryLedgerState, journal: ReturnType<typeof walletStat
     const topupBefore = wallet.topup
     wallet.monthly -= fromMonthly
     wallet.topup -= fromTopup
+    const topupGrants = fromTopup > 0 ? grants.take(input.accountId, fromTopup, now) : []
     const holdId = hold?.holdId ?? null
     if (hold !== null) {
       state.holds.set(hold.holdId, {
@@ -178,20 +189,21 @@ const debitIn = (state: MemoryLedgerState, journal: ReturnType<typeof walletStat
         periodEnd: wallet.periodEnd,
         keyId,
         keyPeriodEnd: key?.periodEnd ?? null,
+        topupGrants,
         status: "pending"
       })
     }
     const row = { accountId, entryType: "reserve", holdId, operation, referenceId, reason: null, keyId } as const
     if (fromMonthly > 0) journal({ ...row, bucket: "monthly", amount: -fromMonthly, monthlyAfter: wallet.monthly, topupAfter: topupBefore })
     if (fromTopup > 0) journal({ ...row, bucket: "topup", amount: -fromTopup, monthlyAfter: wallet.monthly, topupAfter: wallet.topup })
-    return Option.some({ rollover_due: false, monthly_balance: wallet.monthly, topup_balance: wallet.topup, over_limit: false, ...limit })
+    return Option.some({ ...due, monthly_balance: wallet.monthly, topup_balance: wallet.topup, over_limit: false, ...limit })
   })
 
-const holdStatements = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"], budgets: Budgets) => {
-  const debit = debitIn(state, journal, budgets)
+const holdStatements = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"], budgets: Budgets, grants: Grants) => {
+  const debit = debitIn(state, journal, budgets, grants)
   /** Posts `charge` (monthly first) and releases the rest; a monthly rest from an ended period expires at once. */
   const resolve = (holdId: string, charge: number, status: "settled" | "refunded" | "voided") =>
-    Effect.sync(() => {
+    Effect.map(Clock.currentTimeMillis, (now) => {
       const hold = state.holds.get(holdId)
       const wallet = hold === undefined ? undefined : state.wallets.get(hold.accountId)
       if (hold === undefined || wallet === undefined || hold.status !== "pending" || charge > hold.monthlyAmount + hold.topupAmount) {
@@ -203,12 +215,17 @@ const holdStatements = (state: MemoryLedgerState, journal: ReturnType<typeof wal
       const backTopup = hold.topupAmount - (charge - settledMonthly)
       const lapsed = hold.periodEnd !== wallet.periodEnd
       const keptMonthly = lapsed ? 0 : backMonthly
+      const keptTopup = grants.giveBack(hold.topupGrants, backTopup, now)
       wallet.monthly += keptMonthly
-      wallet.topup += backTopup
+      wallet.topup += keptTopup
       budgets.giveBack(hold.keyId, hold.keyPeriodEnd, backMonthly + backTopup)
       const row = { accountId: hold.accountId, holdId, operation: hold.operation, referenceId: null, topupAfter: wallet.topup, keyId: hold.keyId } as const
       if (backTopup > 0) {
-        journal({ ...row, entryType: "release", bucket: "topup", amount: backTopup, monthlyAfter: wallet.monthly - keptMonthly, reason: null })
+        const monthlyAfter = wallet.monthly - keptMonthly
+        journal({ ...row, entryType: "release", bucket: "topup", amount: backTopup, monthlyAfter, topupAfter: wallet.topup + backTopup - keptTopup, reason: null })
+      }
+      if (backTopup > keptTopup) {
+        journal({ ...row, entryType: "expire", bucket: "topup", amount: keptTopup - backTopup, monthlyAfter: wallet.monthly - keptMonthly, reason: "top-up grant expired while held" })
       }
       if (backMonthly > 0) {
         journal({ ...row, entryType: "release", bucket: "monthly", amount: backMonthly, monthlyAfter: wallet.monthly - keptMonthly + backMonthly, reason: null })
@@ -236,57 +253,27 @@ const holdStatements = (state: MemoryLedgerState, journal: ReturnType<typeof wal
   }
 }
 
-const grantStatements = (state: MemoryLedgerState, journal: ReturnType<typeof walletStatements>["journal"]) => {
-  const earlierGrant = (accountId: string, referenceId: string) =>
-    state.journal.find((row) =>
-      row.accountId === accountId && row.referenceId === referenceId && row.entryType === "grant" && row.operation === "admin"
-    )
-
-  return {
-    /** Credits one bucket, at most once per reference; nothing when a balance would pass maxBalance. */
-    grant: (input: Parameters<Repo["grant"]>[0]) =>
-      Effect.sync(() => {
-        const wallet = state.wallets.get(input.accountId)
-        if (wallet === undefined) return { found: 0, granted: 0, overflow: 0 }
-        const toMonthly = input.bucket === "monthly" ? input.amount : 0
-        const toTopup = input.bucket === "topup" ? input.amount : 0
-        if (wallet.monthly + toMonthly > maxBalance || wallet.topup + toTopup > maxBalance) return { found: 1, granted: 0, overflow: 1 }
-        if (input.referenceId !== null && earlierGrant(input.accountId, input.referenceId) !== undefined) {
-          return { found: 1, granted: 0, overflow: 0 }
-        }
-        wallet.monthly += toMonthly
-        wallet.topup += toTopup
-        journal({
-          accountId: input.accountId,
-          entryType: "grant",
-          bucket: input.bucket,
-          amount: input.amount,
-          monthlyAfter: wallet.monthly,
-          topupAfter: wallet.topup,
-          operation: "admin",
-          referenceId: input.referenceId,
-          reason: input.reason
-        })
-        return { found: 1, granted: 1, overflow: 0 }
-      }),
-    findGrantByReference: ({ accountId, referenceId }: { readonly accountId: string; readonly referenceId: string }) =>
-      Effect.sync(() => Option.map(Option.fromNullishOr(earlierGrant(accountId, referenceId)), (row) => ({ bucket: row.bucket, amount: row.amount })))
-  }
-}
-
 /**
  * A fresh in-memory ledger: its layer, and its state for a test to read. `keys` are the API keys
  * debits may count against (the KeysRepo memory's `state.keys`); a key not there has no budget.
  */
 export const makeLedgerRepoInMemory = (keys: ReadonlyMap<string, { readonly accountId: string }> = new Map()) => {
-  const state: MemoryLedgerState = { wallets: new Map(), holds: new Map(), journal: [], depleted: [], budgets: new Map(), limitEvents: [] }
-  const wallets = walletStatements(state)
+  const state: MemoryLedgerState = {
+    wallets: new Map(), holds: new Map(), journal: [], grants: new Map(), depleted: [], budgets: new Map(), limitEvents: []
+  }
+  // The grants' map is read through `state` at each call: a failed transaction restores another one.
+  const grants = grantsOf(() => state.grants, {
+    get: (accountId) => state.wallets.get(accountId),
+    journal: (row) => wallets.journal(row),
+    grantRows: () => state.journal
+  })
+  const wallets = walletStatements(state, grants.nextExpiry)
   const budgets = budgetsOf(state, keys, (accountId) => state.wallets.get(accountId)?.periodEnd)
   const repo: Repo = {
     ...wallets.statements,
-    ...holdStatements(state, wallets.journal, budgets),
+    ...holdStatements(state, wallets.journal, budgets, grants),
     ...budgets.statements,
-    ...grantStatements(state, wallets.journal),
+    ...grants.statements,
     withTransaction: (effect) =>
       Effect.suspend(() => {
         const snapshot = copyState(state)

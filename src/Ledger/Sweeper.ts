@@ -1,7 +1,8 @@
 /**
- * The ledger's background fiber: voids holds left pending by crashed requests and rolls over
- * monthly periods that ended while nobody called. Every statement is safe to run from several
- * processes at once (row locks, `status = 'pending'` guards).
+ * The ledger's background fibers: one voids holds left pending by crashed requests and rolls over
+ * monthly periods that ended while nobody called (every LEDGER_SWEEP_INTERVAL); the other expires
+ * top-up grants that are due (every GRANT_EXPIRY_INTERVAL). Every statement is safe to run from
+ * several processes at once (row locks, `status = 'pending'` and `expired_at IS NULL` guards).
  */
 import { Effect, Layer, Schedule } from "effect"
 import { logBackgroundFailure } from "../Sql.js"
@@ -14,6 +15,8 @@ export const LedgerSweeperLive = Layer.effectDiscard(
       Effect.catchCause(logBackgroundFailure("ledger sweep failed")),
       Effect.withSpan("Ledger.sweep")
     )
+    const expiry = ledger.expireDueGrants.pipe(Effect.catchCause(logBackgroundFailure("top-up grant expiry failed")))
     yield* sweep.pipe(Effect.repeat(Schedule.spaced(ledger.config.sweepInterval)), Effect.forkScoped)
+    yield* expiry.pipe(Effect.repeat(Schedule.spaced(ledger.config.grantExpiryInterval)), Effect.forkScoped)
   })
 )
