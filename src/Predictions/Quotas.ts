@@ -35,6 +35,16 @@ interface UnpaidClips {
   readonly freesInSec: number
 }
 
+/** The free-hold bounds, each checked where it applies (429 with Retry-After when over). */
+export interface UploadQuotasService {
+  /** Before an upload link is made: the key's unused links (PENDING_UPLOADS_PER_KEY) and the account's unpaid clips. */
+  readonly admitLink: (accountId: string, keyId: string) => Effect.Effect<void, TooManyPendingUploads | UnpaidClipsLimit>
+  /** Before an upload is read: whether a clip of `declaredBytes` could still land unpaid when credits are short. */
+  readonly admitPut: (accountId: string, declaredBytes: number, clipCredits: number) => Effect.Effect<void, UnpaidClipsLimit>
+  /** Inside the landing transaction of an unpaid clip: fails (rolling it back) when the account now keeps too many. */
+  readonly checkLandedUnpaid: (accountId: string) => Effect.Effect<void, UnpaidClipsLimit>
+}
+
 const make = Effect.gen(function*() {
   const ledger = yield* Ledger
   const repo = yield* UploadsRepo
@@ -98,9 +108,9 @@ const make = Effect.gen(function*() {
       if (overBound(unpaid, 0, 0)) return yield* unpaidLimit(unpaid, 0)
     })
 
-  return { admitLink, admitPut, checkLandedUnpaid } as const
+  return UploadQuotas.of({ admitLink, admitPut, checkLandedUnpaid })
 })
 
-export class UploadQuotas extends Context.Service<UploadQuotas, Effect.Success<typeof make>>()("hookline/UploadQuotas") {
+export class UploadQuotas extends Context.Service<UploadQuotas, UploadQuotasService>()("hookline/UploadQuotas") {
   static readonly layer = Layer.effect(UploadQuotas, make).pipe(Layer.provide([Ledger.layer, UploadsRepo.layer]))
 }

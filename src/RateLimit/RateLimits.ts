@@ -84,6 +84,18 @@ const makeStore = (config: Config.Success<typeof RateLimitConfig>) =>
 const storeUnavailable = (error: RateLimiter.RateLimitStoreError) =>
   Effect.logWarning("rate limit store unavailable; request allowed", error.message)
 
+/** What the rate limits offer: a key's bucket, the failed-authentication count, and where counting happens. */
+export interface RateLimitsService {
+  /** The token bucket of the key's rate tier; 429 when it is empty. */
+  readonly perKey: (keyId: string, tier: RateTier) => Effect.Effect<void, RateLimitExceeded>
+  /** Counts a failed authentication from `address`; past the limit the 401 becomes a 429. */
+  readonly failedAuthentication: (address: string) => Effect.Effect<void, RateLimitExceeded | InvalidApiKey>
+  /** What /readyz reports: null when limits are counted where configured, else why they are not. */
+  readonly degradation: () => string | null
+  /** Where this process counts: in Redis, in process while Redis does not answer, or in process by configuration. */
+  readonly storeMode: () => "redis" | "local_fallback" | "memory"
+}
+
 const make = Effect.gen(function*() {
   const config = yield* RateLimitConfig
   // Built in this service's scope: a Redis connection lives as long as the server.
@@ -147,10 +159,10 @@ const make = Effect.gen(function*() {
   const storeMode = (): "redis" | "local_fallback" | "memory" =>
     Option.isNone(config.redisUrl) ? "memory" : fallingBack() ? "local_fallback" : "redis"
 
-  return { perKey, failedAuthentication, degradation, storeMode } as const
+  return RateLimits.of({ perKey, failedAuthentication, degradation, storeMode })
 })
 
-export class RateLimits extends Context.Service<RateLimits, Effect.Success<typeof make>>()("hookline/RateLimits") {
+export class RateLimits extends Context.Service<RateLimits, RateLimitsService>()("hookline/RateLimits") {
   static readonly layer = Layer.effect(RateLimits, make)
 }
 

@@ -27,6 +27,19 @@ const interruptGrace = Duration.seconds(5)
 
 type RequestFiber = Fiber.Fiber<unknown, unknown>
 
+/** The admission gate as the front door and the shutdown use it. */
+export interface ShutdownGateService {
+  /** Admits the request running on `fiber` unless draining (false), and tracks it until the fiber ends. */
+  readonly enter: (fiber: RequestFiber) => boolean
+  /** Stops tracking a request (done by itself when its fiber ends). */
+  readonly leave: (fiber: RequestFiber) => void
+  /** Closes the gate, waits for admitted requests up to SHUTDOWN_GRACE_PERIOD, then interrupts the rest. */
+  readonly drain: Effect.Effect<void>
+  readonly isDraining: () => boolean
+  /** How many admitted requests are running. */
+  readonly inFlight: () => number
+}
+
 const make = Effect.gen(function*() {
   const config = yield* ShutdownConfig
   // The fibers of the admitted requests: the scope the shutdown closes. A plain Set touched
@@ -83,11 +96,11 @@ const make = Effect.gen(function*() {
     )
   })
 
-  return { enter, leave, drain, isDraining: () => draining, inFlight: () => running.size } as const
+  return ShutdownGate.of({ enter, leave, drain, isDraining: () => draining, inFlight: () => running.size })
 })
 
 /** The admission gate: which requests are admitted and running, and the drain that ends them. */
-export class ShutdownGate extends Context.Service<ShutdownGate, Effect.Success<typeof make>>()("hookline/ShutdownGate") {
+export class ShutdownGate extends Context.Service<ShutdownGate, ShutdownGateService>()("hookline/ShutdownGate") {
   static readonly layer = Layer.effect(ShutdownGate, make)
 }
 

@@ -21,7 +21,8 @@
  * - Wake-up: LISTEN on the outbox channel (Postgres), a timer for the next due retry, and a
  *   poll every WEBHOOK_POLL_INTERVAL (the only source in embedded mode, which has no LISTEN).
  */
-import { Context, Duration, Effect, FiberSet, Layer, Queue, Ref, Result } from "effect"
+import type { PgClient } from "@effect/sql-pg"
+import { Context, Duration, Effect, FiberSet, Layer, Queue, Ref, Result, type Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import { currentDate } from "../Repository.js"
 import { DatabaseMode, listenForever, logBackgroundFailure } from "../Sql.js"
@@ -164,6 +165,16 @@ const makeLoop = ({ claim, config, deliver, untilNextDue }: Outbox, embedded: bo
     )
   })
 
+/** The webhook dispatcher: its loop for a server process, and a step for tests. */
+export interface DispatcherService {
+  /** Names this process's dispatcher in the attempts it records. */
+  readonly dispatcherId: string
+  /** Attempts every delivery due now and waits for each outcome to be recorded; how many were attempted. */
+  readonly deliverDue: Effect.Effect<number>
+  /** The dispatcher's life in a server process: woken by new deliveries, else by the next one due (fork it in a scope). */
+  readonly run: Effect.Effect<never, never, Scope.Scope | PgClient.PgClient>
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* WebhooksRepo
   const mode = yield* DatabaseMode
@@ -204,10 +215,10 @@ const make = Effect.gen(function*() {
   /** The dispatcher's life in a server process (forked in the caller's scope). */
   const run = makeLoop(outbox, mode.embedded)
 
-  return { dispatcherId, deliverDue, run } as const
+  return Dispatcher.of({ dispatcherId, deliverDue, run })
 })
 
-export class Dispatcher extends Context.Service<Dispatcher, Effect.Success<typeof make>>()("hookline/Dispatcher") {
+export class Dispatcher extends Context.Service<Dispatcher, DispatcherService>()("hookline/Dispatcher") {
   /** Needs Webhooks and WebhooksRepo from outside (tests build them on a fake transport). */
   static readonly layerWithoutDependencies = Layer.effect(Dispatcher, make)
   static readonly layer = Dispatcher.layerWithoutDependencies.pipe(Layer.provide([Webhooks.layer, WebhooksRepo.layer]))
