@@ -14,6 +14,7 @@ import { describe, expect, test } from "bun:test"
 import { Context, Duration, Effect, Exit, Layer, Option, References } from "effect"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
+import fc from "fast-check"
 import { AccountsRepo } from "../src/Admin/Repo.js"
 import { makeAccountsRepoInMemory } from "../src/Admin/RepoMemory.js"
 import { newId } from "../src/Ids.js"
@@ -124,8 +125,9 @@ const inCase = <A, E>(
 /** The account's journal, and its wallet against the journal's sums: they must agree. */
 const audit = (accountId: string) =>
   Effect.gen(function*() {
-    const rows = yield* (yield* Journal).rows(accountId)
+    // The wallet first: reading it applies a rollover or expiry that is due, journaled.
     const wallet = yield* (yield* Ledger).wallet(accountId)
+    const rows = yield* (yield* Journal).rows(accountId)
     const sum = (bucket: string) => rows.filter((row) => row.bucket === bucket).reduce((total, row) => total + row.amount, 0)
     return { rows, wallet, sums: { monthly: sum("monthly"), topup: sum("topup") } }
   })
@@ -457,5 +459,134 @@ for (const backend of backends) {
       expect(outcome.restored).toEqual([[6, 6, 1], [7, 7, 3], [7, 7, null]])
       expectBalanced(outcome.audited)
     })
+  })
+}
+
+/** One step of the property below. */
+type Step =
+  | { readonly kind: "grant"; readonly amount: number; readonly days: number | null }
+  | { readonly kind: "reserve"; readonly amount: number }
+  | { readonly kind: "settle"; readonly hold: number; readonly share: number }
+  | { readonly kind: "refund"; readonly hold: number }
+  | { readonly kind: "advance"; readonly hours: number }
+  | { readonly kind: "sweep" }
+
+const step: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({ kind: fc.constant("grant" as const), amount: fc.integer({ min: 1, max: 20 }), days: fc.option(fc.integer({ min: 1, max: 4 })) }),
+  fc.record({ kind: fc.constant("reserve" as const), amount: fc.integer({ min: 1, max: 15 }) }),
+  fc.record({ kind: fc.constant("settle" as const), hold: fc.nat(), share: fc.double({ min: 0, max: 1, noNaN: true }) }),
+  fc.record({ kind: fc.constant("refund" as const), hold: fc.nat() }),
+  fc.record({ kind: fc.constant("advance" as const), hours: fc.integer({ min: 1, max: 60 }) }),
+  fc.record({ kind: fc.constant("sweep" as const) })
+)
+
+/**
+ * The rules as a plain model, to check both repositories against: monthly first, then grants
+ * soonest-expiring first (never-expiring last, then oldest); a release back to the grants taken
+ * last first, or lost with a grant past its expiry; due grants emptied before a read or debit.
+ */
+const modelOf = (monthly: number) => {
+  const model = {
+    now: start,
+    monthly,
+    grants: [] as Array<{ amount: number; remaining: number; expiresAt: number | null; createdAt: number; expired: boolean }>,
+    holds: [] as Array<{ id: string; monthly: number; takes: Array<readonly [number, number]>; pending: boolean }>
+  }
+  const live = (at: number) => (grant: (typeof model.grants)[number]) => !grant.expired && (grant.expiresAt === null || grant.expiresAt > at)
+  const expire = () => model.grants.filter((grant) => !grant.expired && !live(model.now)(grant)).forEach((grant) => {
+    grant.remaining = 0
+    grant.expired = true
+  })
+  const order = () =>
+    model.grants.map((grant, index) => ({ grant, index })).sort((a, b) =>
+      (a.grant.expiresAt ?? Infinity) - (b.grant.expiresAt ?? Infinity) || a.grant.createdAt - b.grant.createdAt
+    )
+  const reserve = (id: string, amount: number) => {
+    const fromMonthly = Math.min(model.monthly, amount)
+    model.monthly -= fromMonthly
+    let left = amount - fromMonthly
+    const takes: Array<readonly [number, number]> = []
+    for (const { grant, index } of order().filter(({ grant }) => live(model.now)(grant))) {
+      const n = Math.min(grant.remaining, left)
+      if (n === 0) continue
+      grant.remaining -= n
+      left -= n
+      takes.push([index, n])
+    }
+    model.holds.push({ id, monthly: fromMonthly, takes, pending: true })
+  }
+  const resolve = (hold: (typeof model.holds)[number], charge: number) => {
+    hold.pending = false
+    const postedMonthly = Math.min(hold.monthly, charge)
+    model.monthly += hold.monthly - postedMonthly
+    let left = hold.takes.reduce((total, [, n]) => total + n, 0) - (charge - postedMonthly)
+    for (const [index, n] of [...hold.takes].reverse()) {
+      const back = Math.min(n, left)
+      left -= back
+      if (live(model.now)(model.grants[index])) model.grants[index].remaining += back
+    }
+  }
+  const available = () => model.monthly + model.grants.filter(live(model.now)).reduce((total, grant) => total + grant.remaining, 0)
+  const shown = () =>
+    order().filter(({ grant }) => !grant.expired && grant.remaining > 0).map(({ grant }) => [
+      grant.amount, grant.remaining, grant.expiresAt === null ? null : (grant.expiresAt - start) / day
+    ])
+  return { model, expire, reserve, resolve, available, shown }
+}
+
+/** Runs `steps` on the Ledger and on the model; answers what each shows at the end, and the audit. */
+const runSteps = (ledger: Ledger["Service"], account: string, steps: ReadonlyArray<Step>) =>
+  Effect.gen(function*() {
+    const { available, expire, model, reserve, resolve, shown } = modelOf(5)
+    for (const s of steps) {
+      const hold = model.holds.filter((candidate) => candidate.pending)[s.kind === "settle" || s.kind === "refund" ? s.hold % 8 : 0]
+      if (s.kind === "grant") {
+        const expiresAt = s.days === null ? null : model.now + s.days * day
+        yield* ledger.grant(account, "topup", s.amount, { expiresAt: expiresAt === null ? null : new Date(expiresAt) })
+        model.grants.push({ amount: s.amount, remaining: s.amount, expiresAt, createdAt: model.now, expired: false })
+        yield* TestClock.adjust("1 millis")
+        model.now += 1
+      } else if (s.kind === "reserve") {
+        expire()
+        const short = available() < s.amount
+        const outcome = yield* Effect.result(ledger.reserve(account, s.amount, { operation: "prediction", expires: false }))
+        expect(outcome._tag).toBe(short ? "Failure" : "Success")
+        if (outcome._tag === "Success") reserve(outcome.success.id, s.amount)
+      } else if (s.kind === "settle" && hold !== undefined) {
+        const amount = hold.monthly + hold.takes.reduce((total, [, n]) => total + n, 0)
+        const charge = Math.floor(s.share * amount)
+        expect(Option.isSome(yield* ledger.settle(hold.id, charge))).toBe(true)
+        resolve(hold, charge)
+      } else if (s.kind === "refund" && hold !== undefined) {
+        expect(Option.isSome(yield* ledger.refund(hold.id))).toBe(true)
+        resolve(hold, 0)
+      } else if (s.kind === "advance") {
+        yield* TestClock.adjust(`${s.hours} hours`)
+        model.now += s.hours * 60 * 60 * 1000
+      } else if (s.kind === "sweep") {
+        yield* ledger.expireDueGrants
+        expire()
+      }
+    }
+    const audited = yield* audit(account)
+    expire()
+    return { audited, grants: yield* liveGrants(ledger, account), expected: { monthly: model.monthly, grants: shown() } }
+  })
+
+for (const backend of backends) {
+  describe(`the Ledger's contract, a property: ${backend.name}`, () => {
+    test("random grants, debits, settles, refunds, expiries and clock moves: the model's balances and grants, balance == sum(journal)", async () => {
+      await fc.assert(
+        fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 24 }), async (steps) => {
+          const outcome = await inCase(backend, { monthlyGrant: 0, monthlyBalance: 5, topupBalance: 0 }, (ledger, account) =>
+            runSteps(ledger, account, steps))
+          expect(outcome.grants).toEqual(outcome.expected.grants)
+          expect(outcome.audited.wallet.monthly).toBe(outcome.expected.monthly)
+          expect(outcome.audited.wallet.topup).toBe(outcome.expected.grants.reduce((total, grant) => total + Number(grant[1]), 0))
+          expectBalanced(outcome.audited)
+        }),
+        { numRuns: backend.name === "memory" ? 150 : 25 }
+      )
+    }, 240_000)
   })
 }
