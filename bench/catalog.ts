@@ -8,10 +8,13 @@
  * Each request draws its query from a pool of its kind, and the main rows run with the
  * first-page cache off (CATALOG_CACHE_ENTRIES=0) on both sides, so every request does the full
  * search; the "(cached)" rows show a popular query served from the cache, metering included.
+ * The two mixes against a naive ts_rank run with the cache on: the Zipf mix (some queries
+ * repeat, as users' do) and the cold uniform mix (every request's query new: no cache helps).
+ * `BENCH_CATALOG_ROWS=cold` runs only the rows whose name contains one of its comma-separated words.
  *
  * This file is also the baseline's route module for these routes (its default export).
  */
-import { createHmac, randomBytes } from "node:crypto"
+import { createHash, createHmac, randomBytes } from "node:crypto"
 import { readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { Option, Redacted } from "effect"
@@ -40,12 +43,24 @@ const catalogSizeFor = (quick: boolean) => Number(process.env.BENCH_CATALOG_SIZE
 /** One database per size, so quick and full runs each keep their seeded catalog. */
 const databaseNameFor = (count: number) => `hookline_bench_catalog_${count}`
 
-/** What the seeded database must match to be reused: the size, the generator's output at both ends, the schema. */
+/** What the seeded hooks must match to be reused: the size and the generator's output at both ends. */
 const fingerprint = (count: number) =>
   createHmac("sha256", "catalog-bench")
     .update(`${count}\n${defaultDemoSeed}\n${JSON.stringify(demoHook(0))}\n${JSON.stringify(demoHook(count - 1))}\n`)
-    .update(readdirSync(migrationsDirectory).sort().map((file) => readFileSync(join(migrationsDirectory, file), "utf8")).join("\n"))
     .digest("hex")
+
+/** Each migration file's content hash, by file name. */
+const migrationHashes = (): Record<string, string> =>
+  Object.fromEntries(readdirSync(migrationsDirectory).sort().map((file) =>
+    [file, createHash("sha256").update(readFileSync(join(migrationsDirectory, file))).digest("hex")]))
+
+/**
+ * Whether a database migrated with `recorded` can be brought up to date by migrating forward:
+ * every file it was migrated with is still there unchanged (new files are applied on top, as in
+ * a deployment; an edited or removed one means the schema may differ, so it is seeded again).
+ */
+const migratesForward = (recorded: Record<string, string>, current: Record<string, string>) =>
+  Object.entries(recorded).every(([file, hash]) => current[file] === hash)
 
 const databaseUrlOf = (name: string) => {
   const url = new URL(adminDatabaseUrl)
@@ -53,36 +68,67 @@ const databaseUrlOf = (name: string) => {
   return url.toString()
 }
 
+/** The recorded seed of the database at `url`: its fingerprint and the migrations it was migrated with, or null. */
+const recordedSeed = async (url: string) => {
+  const client = new Pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    const { rows } = await client
+      .query<{ fingerprint: string; migrations: Record<string, string> }>("SELECT fingerprint, migrations FROM bench_catalog_seed")
+      .catch(() => ({ rows: [] }))
+    return rows[0] ?? null
+  } finally {
+    await client.end()
+  }
+}
+
+/** Runs `statements` on the database at `url`, one after the other. */
+const runStatements = async (url: string, statements: ReadonlyArray<readonly [string, ReadonlyArray<unknown>?]>) => {
+  const client = new Pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    for (const [text, params] of statements) await client.query(text, params === undefined ? [] : [...params])
+  } finally {
+    await client.end()
+  }
+}
+
+const vacuumCatalog = ["hooks", "hook_search", "hook_search_repeats"].map((table) => [`VACUUM (ANALYZE) ${table}`] as const)
+
 /**
- * The seeded catalog database: reused when its fingerprint matches, otherwise recreated,
- * migrated by the real server, seeded and vacuumed (so index-only scans see all-visible pages).
+ * The seeded catalog database: reused when its hooks match and its migrations can be brought up
+ * to date by migrating forward (the real server applies new ones, then the tables are vacuumed
+ * again); otherwise recreated, migrated by the real server, seeded and vacuumed (so index-only
+ * scans see all-visible pages). Seeding 1M hooks takes about 10 minutes on a busy 2-core machine,
+ * so a new migration elsewhere in the tree does not throw the seeded catalog away.
  */
 export const prepareCatalogDatabase = async (count: number, progress: (text: string) => void = () => {}) => {
   const databaseName = databaseNameFor(count)
   const url = databaseUrlOf(databaseName)
+  const current = migrationHashes()
   const admin = new Pg.Client({ connectionString: adminDatabaseUrl })
   await admin.connect()
-  let reusable = false
+  let recorded: Record<string, string> | null = null
   try {
     const exists = (await admin.query("SELECT 1 FROM pg_database WHERE datname = $1", [databaseName])).rows.length > 0
-    if (exists) {
-      const client = new Pg.Client({ connectionString: url })
-      await client.connect()
-      try {
-        const { rows } = await client.query<{ fingerprint: string }>("SELECT fingerprint FROM bench_catalog_seed").catch(() => ({ rows: [] }))
-        reusable = rows[0]?.fingerprint === fingerprint(count)
-      } finally {
-        await client.end()
-      }
-    }
-    if (!reusable) {
+    const seed = exists ? await recordedSeed(url) : null
+    if (seed !== null && seed.fingerprint === fingerprint(count) && migratesForward(seed.migrations, current)) recorded = seed.migrations
+    if (recorded === null) {
       await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`)
       await admin.query(`CREATE DATABASE ${databaseName}`)
     }
   } finally {
     await admin.end()
   }
-  if (reusable) {
+  const recordMigrations = ["UPDATE bench_catalog_seed SET migrations = $1", [JSON.stringify(current)]] as const
+  if (recorded !== null) {
+    const added = Object.keys(current).filter((file) => !(file in recorded))
+    if (added.length > 0) {
+      progress(`catalog: migrating the seeded ${databaseName} forward (${added.join(", ")})`)
+      const migrated = await startHookline(url)
+      await migrated.stop()
+      await runStatements(url, [...vacuumCatalog, recordMigrations])
+    }
     progress(`catalog: reusing ${count.toLocaleString("en-US")} seeded hooks in ${databaseName}`)
     return url
   }
@@ -99,17 +145,12 @@ export const prepareCatalogDatabase = async (count: number, progress: (text: str
       }
     }
   })
-  const client = new Pg.Client({ connectionString: url })
-  await client.connect()
-  try {
-    await client.query("VACUUM (ANALYZE) hooks")
-    await client.query("VACUUM (ANALYZE) hook_search")
-    await client.query("VACUUM (ANALYZE) hook_search_repeats")
-    await client.query("CREATE TABLE bench_catalog_seed (fingerprint text NOT NULL)")
-    await client.query("INSERT INTO bench_catalog_seed VALUES ($1)", [fingerprint(count)])
-  } finally {
-    await client.end()
-  }
+  await runStatements(url, [
+    ...vacuumCatalog,
+    ["CREATE TABLE bench_catalog_seed (fingerprint text NOT NULL, migrations jsonb NOT NULL)"],
+    ["INSERT INTO bench_catalog_seed VALUES ($1, '{}')", [fingerprint(count)]],
+    recordMigrations
+  ])
   progress(`catalog: seeded and vacuumed in ${((performance.now() - started) / 1000).toFixed(0)} s`)
   return url
 }
@@ -159,6 +200,24 @@ export const zipfQueries = (count: number): Array<string> => {
     }
     return weighted[0].q
   })
+}
+
+/**
+ * Queries as if every user asked something new: the distinct phrases of one, two and three
+ * consecutive words in the catalog's own hooks (so common words, rare ones, phrases and
+ * stop-word-only text alike), in an order that mixes them, each once. Uniform: every distinct
+ * phrase is as likely as any other, and no first-page cache can serve any of them.
+ */
+export const coldQueries = (catalogSize: number, count: number): Array<string> => {
+  const phrases = new Set<string>()
+  for (let i = 0; phrases.size < count && i < catalogSize; i++) {
+    const words = demoHook((i * 7_919) % catalogSize).text.toLowerCase().match(/[a-z0-9']+/g) ?? []
+    for (let length = 1; length <= 3; length++) {
+      for (let start = 0; start + length <= words.length; start++) phrases.add(words.slice(start, start + length).join(" "))
+    }
+  }
+  const shuffled = [...phrases].map((phrase) => ({ phrase, order: createHash("sha1").update(phrase).digest("hex") }))
+  return shuffled.sort((a, b) => (a.order < b.order ? -1 : 1)).slice(0, count).map((entry) => entry.phrase)
 }
 
 const pageSize = 50
@@ -315,8 +374,17 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
      * answered nothing (32 socket errors) on the 2-core machine in session 6.
      */
     readonly timeoutSeconds?: number
+    /** Rounds of 32 requests (one per key) wrk cycles through: 64 unless the row needs every request's query new. */
+    readonly iterations?: number
+    /** The warm-up's own rounds, after the measured ones (`iterations` on), so no measured query was asked before. */
+    readonly warmupIterations?: number
   }
   const mix = zipfQueries(2_048)
+  // Enough new queries for 15 s measured and 10 s of warm-up at a few thousand req/s.
+  const coldIterations = { measured: 940, warmup: 320 }
+  const cold = coldQueries(catalogSize, (coldIterations.measured + coldIterations.warmup) * settings.concurrency)
+  const coldMix = (prefix: string) => (iteration: number, worker: number) =>
+    `${prefix}?q=${encodeURIComponent(cold[(iteration * settings.concurrency + worker) % cold.length])}`
   const mixed = (prefix: string) => (iteration: number, worker: number) =>
     `${prefix}?q=${encodeURIComponent(mix[(iteration * 32 + worker) % mix.length])}`
   const search = (pool: ReadonlyArray<string>) => (iteration: number, worker: number) =>
@@ -333,6 +401,16 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
           baselinePath: mixed("/naive/hooks/search"),
           rounds: 1,
           timeoutSeconds: 120
+        },
+        {
+          scenario: "search, cold uniform mix vs naive ts_rank",
+          operation: `GET /v1/hooks/search, ${(coldIterations.measured * settings.concurrency).toLocaleString("en-US")} distinct 1–3 word phrases of the catalog, each asked once (no cache help), ${size} hooks; baseline ranks every match`,
+          path: coldMix("/v1/hooks/search"),
+          baselinePath: coldMix("/naive/hooks/search"),
+          rounds: 1,
+          timeoutSeconds: 120,
+          iterations: coldIterations.measured,
+          warmupIterations: coldIterations.warmup
         }
       ]
       : [
@@ -354,6 +432,7 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
 
   const rows: Array<ScenarioResult> = []
   for (const cached of [false, true]) {
+    if (!scenarios(cached).some(wantedRow)) continue
     const env = { CATALOG_CACHE_ENTRIES: cached ? "1000" : "0" }
     const hookline = await startHookline(databaseUrl, env)
     let baseline: Awaited<ReturnType<typeof startBaseline>> | null = null
@@ -361,14 +440,19 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
       const accounts = await createAccounts(hookline, settings.concurrency)
       baseline = await startBaselineWith(databaseUrl, env)
       const keyOf = (worker: number) => ({ authorization: `Bearer ${accounts[worker % accounts.length].key}` })
-      for (const scenario of scenarios(cached)) {
+      for (const scenario of scenarios(cached).filter(wantedRow)) {
         progress(scenario.scenario)
-        // The same cycle of requests for both sides: each of the 32 keys with 64 paths of the pool.
-        const requests = (path: (iteration: number, worker: number) => string) =>
-          Array.from({ length: 64 }, (_, iteration) =>
-            Array.from({ length: settings.concurrency }, (_, worker) => ({ path: path(iteration, worker), headers: keyOf(worker) }))).flat()
-        const side = (server: { readonly url: string; readonly pid: number }, path: (iteration: number, worker: number) => string) =>
-          ({ url: server.url, serverPid: server.pid, requests: requests(path) })
+        // The same cycle of requests for both sides: each of the 32 keys with 64 paths of the pool (or the row's own count).
+        const requests = (path: (iteration: number, worker: number) => string, iterations: number, first = 0) =>
+          Array.from({ length: iterations }, (_, iteration) =>
+            Array.from({ length: settings.concurrency }, (_, worker) => ({ path: path(first + iteration, worker), headers: keyOf(worker) }))).flat()
+        const iterations = scenario.iterations ?? 64
+        const side = (server: { readonly url: string; readonly pid: number }, path: (iteration: number, worker: number) => string) => ({
+          url: server.url,
+          serverPid: server.pid,
+          requests: requests(path, iterations),
+          ...(scenario.warmupIterations === undefined ? {} : { warmupRequests: requests(path, scenario.warmupIterations, iterations) })
+        })
         // Both sides take turns (bench/support/wrk.ts, runPairedHttpLoad), so they share the machine's minutes.
         const [hooklineSide, baselineSide] = await runPairedHttpLoad(
           [side(hookline, scenario.path), side(baseline, scenario.baselinePath ?? scenario.path)],
@@ -382,6 +466,12 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
     }
   }
   return rows
+}
+
+/** Whether BENCH_CATALOG_ROWS (comma-separated words; all rows when unset) asks for this row. */
+const wantedRow = ({ scenario }: { readonly scenario: string }) => {
+  const words = (process.env.BENCH_CATALOG_ROWS ?? "").split(",").filter((word) => word !== "")
+  return words.length === 0 || words.some((word) => scenario.includes(word))
 }
 
 /** The baseline with this file's routes and the same cache setting as the server. */

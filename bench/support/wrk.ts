@@ -130,6 +130,8 @@ export interface HttpLoadOptions {
   readonly url: string
   /** Requests sent in turn (each connection takes the next one). */
   readonly requests: ReadonlyArray<HttpRequestSpec>
+  /** Requests of the warm-up when they must differ from the measured ones (default: `requests`). */
+  readonly warmupRequests?: ReadonlyArray<HttpRequestSpec>
   readonly concurrency: number
   readonly warmupMs: number
   readonly durationMs: number
@@ -171,8 +173,8 @@ export const runHttpLoad = async (options: HttpLoadOptions): Promise<HttpLoadRes
       generator: "js"
     }
   }
-  return withScripts([options.requests], async ([scriptPath]) => {
-    if (options.warmupMs > 0) await runWrkOnce(wrk, scriptPath, options.url, options.concurrency, options.warmupMs, options.timeoutSeconds)
+  return withScripts([options.requests, options.warmupRequests ?? options.requests], async ([scriptPath, warmupPath]) => {
+    if (options.warmupMs > 0) await runWrkOnce(wrk, warmupPath, options.url, options.concurrency, options.warmupMs, options.timeoutSeconds)
     return measuredWindow(wrk, scriptPath, options, options.durationMs)
   })
 }
@@ -214,6 +216,8 @@ export interface PairedSide {
   readonly url: string
   readonly serverPid: number | null
   readonly requests: ReadonlyArray<HttpRequestSpec>
+  /** The warm-up's requests when they must differ from the measured ones (a row where every query is new). */
+  readonly warmupRequests?: ReadonlyArray<HttpRequestSpec>
 }
 
 /** A side's figures over the rounds: each is the median of its rounds; `roundThroughputs` shows the spread. */
@@ -265,9 +269,9 @@ export const runPairedHttpLoad = async (
     }
     return [await one(sides[0]), await one(sides[1])]
   }
-  return withScripts(sides.map((side) => side.requests), async (scripts) => {
+  return withScripts([...sides.map((side) => side.requests), ...sides.map((side) => side.warmupRequests ?? side.requests)], async (scripts) => {
     for (const [index, side] of sides.entries()) {
-      if (settings.warmupMs > 0) await runWrkOnce(wrk, scripts[index], side.url, settings.concurrency, settings.warmupMs, settings.timeoutSeconds)
+      if (settings.warmupMs > 0) await runWrkOnce(wrk, scripts[sides.length + index], side.url, settings.concurrency, settings.warmupMs, settings.timeoutSeconds)
     }
     const results: [Array<HttpLoadResult>, Array<HttpLoadResult>] = [[], []]
     const windowMs = Math.max(1_000, settings.durationMs / rounds)
