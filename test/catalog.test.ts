@@ -379,7 +379,7 @@ describe("pagination", () => {
     for (const q of ["plumcake velvetine", "velvetine plumcakes"]) {
       const expected = await oracle(q)
       expect(expected).toHaveLength(94)
-      for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 60], [20, 10_000], [51, 10_000], [3, 5]] as const) {
+      for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 60], [7, 20], [20, 10_000], [51, 10_000], [3, 5], [3, 2]] as const) {
         expect(await walkSql(q, pageSize, walkWindow)).toEqual(expected)
       }
       const pages = await walk(() => search(q), (cursor) => search(q, cursor))
@@ -404,7 +404,7 @@ describe("pagination", () => {
     }
     for (const q of ["gribblenook", "marmalux", "gribblenook shelf", "and", "number 1", "nothingmatchesthis"]) {
       const reference = await window(q, 10_000)
-      for (const size of [1, 3, 40, 200, 1_000]) expect(await window(q, size)).toEqual(reference)
+      for (const size of [1, 3, 10, 40, 200, 1_000, 100_000]) expect(await window(q, size)).toEqual(reference)
     }
   })
 })

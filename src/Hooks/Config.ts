@@ -8,9 +8,11 @@ export const CatalogConfig = Config.all({
   /** A search that runs longer is cancelled in the database and answered 503 (nothing charged). */
   searchTimeout: Config.Duration("SEARCH_TIMEOUT").pipe(Config.withDefault(Duration.seconds(3))),
   /**
-   * Newest hooks a one-word search examines before treating the word as rare and sorting its
-   * index matches instead; the similar-hooks query walks at most ten times as many for a line's
-   * common words. Changes speed only, never results.
+   * Sizes search's newest-first walks: a one- or two-word search walks at most five times as many
+   * of the newest hooks (each walk only as far as its word's share of the catalog says it takes,
+   * and only when that is cheaper than sorting the word's index matches), the substring fallback a
+   * fifth of it; the similar-hooks query walks at most ten times as many for a line's common
+   * words. Changes speed only, never results.
    */
   searchWalkWindow: Config.Int("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
   /** First pages of search, and of list, kept in memory per process: up to this many each (0 turns the cache off). */
