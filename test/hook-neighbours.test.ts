@@ -11,7 +11,7 @@ import { lexemesOf, stem } from "../src/Hooks/EnglishLexemes.js"
 import { lexemeWeight, type NeighbourBounds, neighbourBounds, type NeighbourRow } from "../src/Hooks/NeighbourRule.js"
 import { CatalogRepo } from "../src/Hooks/Repo.js"
 import { makeCatalogRepoInMemory } from "../src/Hooks/RepoMemory.js"
-import { neighboursBy } from "../src/Predictions/HookNeighbours.js"
+import { categoryOf, neighboursBy } from "../src/Predictions/HookNeighbours.js"
 import { SqlLive } from "../src/Sql.js"
 import { categoryLines } from "./support/categoryLines.js"
 import { hookRecord } from "./support/hookRecord.js"
@@ -152,6 +152,34 @@ describe("the nearest hooks to a line", () => {
       .filter((hook) => lexemesOf(hook.text).some((word) => words.has(word)))
       .toSorted((a, b) => Date.parse(b.published_at!) - Date.parse(a.published_at!))[0]
     expect((await rankedEverywhere(line, 3, { rareBudget: 0, commonSample: 1 })).map((hook) => hook.id)).toEqual([newest.id])
+  })
+})
+
+describe("the category rule", () => {
+  const row = (id: string, text: string, category: string | null, score: number): NeighbourRow => ({ id, text, category, score })
+
+  test("the category most of the line's words point to, though another's hooks score more; a spread word points nowhere", () => {
+    const ranked = [
+      row("hook_1", "Budgeting in Lisbon", "travel", 0.95),
+      row("hook_2", "Budgeting rules", "personal-finance", 0.3),
+      row("hook_3", "Budgeting apps", "personal-finance", 0.3),
+      row("hook_4", "Rules of money", "personal-finance", 0.3),
+      row("hook_5", "Lisbon tips", "travel", 0.1),
+      row("hook_6", "Money tips", "personal-finance", 0.1),
+      row("hook_7", "Dinner tips", "food-cooking", 0.1)
+    ]
+    // budget: 2 of 3 personal-finance; rule: 2 of 2; tip: 1 of 3 each, nowhere.
+    expect(categoryOf(lexemesOf("budgeting rules tips"), ranked)).toEqual({ slug: "personal-finance" })
+    // lisbon: 2 of 2 travel, against budget's personal-finance: a tie, settled by the scores.
+    expect(categoryOf(lexemesOf("lisbon budgeting"), ranked)).toEqual({ slug: "travel" })
+  })
+
+  test("when no word points anywhere, or words tie, the hooks' scores decide; a tie there, or no category, is none", () => {
+    const spread = [row("hook_1", "Tips", "travel", 0.6), row("hook_2", "Tips", "comedy", 0.3), row("hook_3", "Tips", "beauty-style", 0.2)]
+    expect(categoryOf(["tip"], spread)).toEqual({ slug: "travel" })
+    expect(categoryOf(["tip"], [row("hook_1", "Tips", "travel", 0.5), row("hook_2", "Tips", "comedy", 0.5)])).toBeNull()
+    expect(categoryOf(["tip"], [row("hook_1", "Tips", null, 0.5)])).toBeNull()
+    expect(categoryOf(["tip"], [])).toBeNull()
   })
 })
 
