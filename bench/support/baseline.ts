@@ -88,15 +88,16 @@ export const reserveStatement = (
     ? sql`hold AS (SELECT NULL::text AS id)`
     : sql`hold AS (
         INSERT INTO holds (id, account_id, monthly_amount, topup_amount, operation, reference_id, request_id, expires_at, period_end,
-                           key_id, key_period_end, created_at)
+                           key_id, key_period_end, created_at, topup_grants)
         SELECT ${holdId}, ${accountId}, from_monthly, from_topup, ${operation},
-               ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end, ${debit.keyId}, key_period_end, ${at}
+               ${debit.referenceId}, ${debit.requestId}, ${expiresAt}, period_end, ${debit.keyId}, key_period_end, ${at},
+               (SELECT grants FROM taken)
           FROM upd${expiresInSeconds === null ? sql`` : sql`, (SELECT set_config('synchronous_commit', 'off', true)) AS this_statement_only`}
         RETURNING id
       )`
   return sql`
     WITH old AS (
-      SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe
+      SELECT monthly_balance AS m, topup_balance AS t, monthly_period_end AS pe, next_grant_expiry AS nge
         FROM wallets WHERE account_id = ${accountId} FOR UPDATE
     ),
     ${keyBudgetCte(debit.keyId, at)},
@@ -108,10 +109,14 @@ export const reserveStatement = (
        WHERE w.account_id = ${accountId}
          AND o.m + o.t >= ${amount}
          AND (o.pe IS NULL OR o.pe > ${at})
+         AND (o.nge IS NULL OR o.nge > ${at})
          AND (k.lim IS NULL OR k.spent + ${amount} <= k.lim)
       RETURNING LEAST(o.m, ${amount}) AS from_monthly, ${amount} - LEAST(o.m, ${amount}) AS from_topup,
                 w.monthly_balance, w.topup_balance, o.t AS topup_before, o.pe AS period_end,
                 k.spent AS key_spent, k.kpe AS key_period_end
+    ),
+    taken AS (
+      SELECT hookline_take_topup(${accountId}, from_topup, ${at}) AS grants FROM upd WHERE from_topup > 0
     ),
     key_spend AS (
       UPDATE api_keys SET period_spent = u.key_spent + ${amount}, spend_period_end = u.key_period_end
@@ -128,10 +133,10 @@ export const reserveStatement = (
       UNION ALL
       SELECT ${newId("txn")}, ${accountId}, 'reserve', 'topup', -from_topup, monthly_balance, topup_balance,
              (SELECT id FROM hold), ${operation}, ${debit.referenceId}, ${debit.requestId}, ${debit.keyId}, ${at}
-        FROM upd WHERE from_topup > 0
+        FROM upd, taken WHERE from_topup > 0
       RETURNING 1
     )
-    SELECT (o.pe IS NOT NULL AND o.pe <= ${at}) AS rollover_due, u.monthly_balance, u.topup_balance,
+    SELECT (o.pe IS NOT NULL AND o.pe <= ${at}) AS rollover_due, (o.nge IS NOT NULL AND o.nge <= ${at}) AS expiry_due, u.monthly_balance, u.topup_balance,
            COALESCE(k.spent + ${amount} > k.lim, false) AS over_limit, k.lim AS spend_limit, k.kpe AS key_period_end
       FROM old o LEFT JOIN upd u ON true LEFT JOIN budget k ON true`
 }
@@ -158,13 +163,27 @@ export const resolveStatement = (holdId: string, charge: number, status: "settle
       RETURNING holds.account_id, holds.operation, holds.reference_id, holds.request_id,
                 holds.monthly_amount - LEAST(holds.monthly_amount, ${charge}) AS back_m,
                 holds.topup_amount - (${charge} - LEAST(holds.monthly_amount, ${charge})) AS back_t,
-                holds.period_end IS DISTINCT FROM cur.pe AS lapsed, holds.key_id, holds.key_period_end
+                holds.period_end IS DISTINCT FROM cur.pe AS lapsed, holds.key_id, holds.key_period_end, holds.topup_grants
+    ),
+    gb AS (
+      SELECT g.id, LEAST(g.n, GREATEST(0, h.back_t - g.after)) AS back
+        FROM h CROSS JOIN LATERAL (
+          SELECT e->>0 AS id, (e->>1)::bigint AS n,
+                 COALESCE(sum((e->>1)::bigint) OVER (ORDER BY ord DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS after
+            FROM jsonb_array_elements(h.topup_grants) WITH ORDINALITY AS x (e, ord)
+        ) g
+       WHERE h.back_t > 0
+    ),
+    kept AS (
+      UPDATE topup_grants t SET remaining = t.remaining + gb.back FROM gb
+       WHERE t.id = gb.id AND gb.back > 0 AND t.expired_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ${at})
+      RETURNING gb.back
     ),
     k AS (
-      SELECT h.*, CASE WHEN h.lapsed THEN 0 ELSE h.back_m END AS kept_m FROM h
+      SELECT h.*, CASE WHEN h.lapsed THEN 0 ELSE h.back_m END AS kept_m, COALESCE((SELECT sum(back) FROM kept), 0) AS kept_t FROM h
     ),
     w AS (
-      UPDATE wallets SET monthly_balance = monthly_balance + k.kept_m, topup_balance = topup_balance + k.back_t
+      UPDATE wallets SET monthly_balance = monthly_balance + k.kept_m, topup_balance = topup_balance + k.kept_t
         FROM k WHERE wallets.account_id = k.account_id
       RETURNING wallets.monthly_balance, wallets.topup_balance
     ),
@@ -176,9 +195,13 @@ export const resolveStatement = (holdId: string, charge: number, status: "settle
     journal AS (
       INSERT INTO credit_journal (id, account_id, entry_type, bucket, amount, monthly_after, topup_after, hold_id, operation, reference_id, request_id, reason, key_id,
                                   created_at)
-      SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
+      SELECT ${newId("txn")}, k.account_id, 'release', 'topup', k.back_t, w.monthly_balance - k.kept_m, w.topup_balance + k.back_t - k.kept_t,
              ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id, ${at}
         FROM k, w WHERE k.back_t > 0
+      UNION ALL
+      SELECT ${newId("txn")}, k.account_id, 'expire', 'topup', k.kept_t - k.back_t, w.monthly_balance - k.kept_m, w.topup_balance,
+             ${holdId}, k.operation, k.reference_id, k.request_id, 'top-up grant expired while held', k.key_id, ${at}
+        FROM k, w WHERE k.back_t > k.kept_t
       UNION ALL
       SELECT ${newId("txn")}, k.account_id, 'release', 'monthly', k.back_m, w.monthly_balance - k.kept_m + k.back_m, w.topup_balance,
              ${holdId}, k.operation, k.reference_id, k.request_id, NULL, k.key_id, ${at}

@@ -94,12 +94,12 @@ export const CreditTransaction = Schema.Struct({
   reference: Schema.Struct({
     kind: TransactionReferenceKind,
     id: Schema.NullOr(Schema.String).annotate({
-      description: "The hook or prediction id of a charge, or the billing system's reference of a grant."
+      description: "The hook or prediction id of a charge, the billing system's reference of a grant, or the top-up grant's id of its expiry."
     })
   }),
   reason: Schema.NullOr(Schema.String).annotate({
     description: "Why a grant or expiry happened: the `reason` given with an admin grant, or `monthly grant`, " +
-      "`monthly period ended`, `plan changed`, `opening balance`; null for charges, refunds and grants given without one."
+      "`monthly period ended`, `plan changed`, `opening balance`, `top-up grant expired`; null for charges, refunds and grants given without one."
   })
 }).annotate({
   identifier: "CreditTransaction",
@@ -122,7 +122,8 @@ export type TransactionParams = typeof TransactionParams.Type
 
 export const transactionsDescription =
   "The account's credit history, newest first: grants, charges (one per request, the amount it settled for), " +
-  "refunds (a failed prediction's credits back) and expiries (unused monthly credits at a rollover). " +
+  "refunds (a failed prediction's credits back) and expiries (unused monthly credits at a rollover, what was left of " +
+  "a top-up grant at its expires_at, reference.id the grant's id). " +
   "Summing `amount` over a range reproduces the balance change; each charge carries the request_id the " +
   "caller saw as X-Request-Id, so its amounts add up to that request's X-Credits-Charged. " +
   "Keyset pages: `limit` 1 to 100 (default 50), `cursor` from next_cursor with the same filters; new transactions " +
@@ -144,7 +145,7 @@ const usageAmounts = {
   spent: Schema.Int.annotate({ description: "Credits requests took, net of a hold's unused credits given back." }),
   refunded: Schema.Int.annotate({ description: "Credits given back for failed predictions." }),
   granted: Schema.Int.annotate({ description: "Credits added: billing and admin grants, monthly grants." }),
-  expired: Schema.Int.annotate({ description: "Unused monthly credits lost at a new period." }),
+  expired: Schema.Int.annotate({ description: "Unused monthly credits lost at a new period, and top-up grants' credits at their expiry." }),
   net: Schema.Int.annotate({ description: "The balance change: granted - spent + refunded - expired (the journal's sum)." })
 }
 
