@@ -15,7 +15,7 @@ import { categoryOf, neighboursBy } from "../src/Predictions/HookNeighbours.js"
 import { SqlLive } from "../src/Sql.js"
 import { categoryLines } from "./support/categoryLines.js"
 import { hookRecord } from "./support/hookRecord.js"
-import { createDatabase, dropDatabase } from "./support/server.js"
+import { adminDatabaseUrl, createDatabase, dropDatabase, testPool } from "./support/server.js"
 import { tempDir } from "./support/tempDirs.js"
 
 /** Hooks made for the cases below, with words no demo hook holds. */
@@ -190,5 +190,24 @@ describe("the lexemes, as PostgreSQL's english configuration makes them", () => 
     expect(["generously", "communication", "skies", "hopping", "agreed", "constructor"].map(stem))
       .toEqual(["generous", "communic", "sky", "hop", "agre", "constructor"])
     expect(lexemesOf("the 50/30/20 budget at 5am")).toEqual(["budget", "5am"])
+  })
+
+  test("every lexeme of the catalog's and the category lines' texts is one PostgreSQL makes of the same text", async () => {
+    const texts = [...catalog.map((hook) => hook.text), ...categoryLines.map(([line]) => line)]
+    const pool = testPool(adminDatabaseUrl, 1)
+    try {
+      const { rows } = await pool.query<{ readonly lexemes: ReadonlyArray<string> }>(
+        "SELECT tsvector_to_array(to_tsvector('english', text)) AS lexemes FROM unnest($1::text[]) WITH ORDINALITY AS t(text, n) ORDER BY n",
+        [texts]
+      )
+      const strays = texts.flatMap((text, i) => {
+        const made = new Set(rows[i].lexemes)
+        return lexemesOf(text).filter((lexeme) => !made.has(lexeme)).map((lexeme) => `${lexeme} (${text})`)
+      })
+      expect(rows).toHaveLength(texts.length)
+      expect(strays).toEqual([])
+    } finally {
+      await pool.end()
+    }
   })
 })
