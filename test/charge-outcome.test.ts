@@ -16,11 +16,9 @@ let server: TestServer
 beforeAll(async () => {
   databaseUrl = await createDatabase()
   proxy = pgProxy(new URL(databaseUrl))
-  const proxied = new URL(databaseUrl)
-  proxied.hostname = "127.0.0.1"
-  proxied.port = String(await proxy.listen())
+  const proxied = await proxy.listenAsUrl()
   // One statement a write (no pipelining), so the cut connection carries the charge alone.
-  server = await startTestServer({ DATABASE_URL: proxied.toString(), DB_PIPELINE: "false", METRICS_TOKEN: metricsToken }, {
+  server = await startTestServer({ DATABASE_URL: proxied, DB_PIPELINE: "false", METRICS_TOKEN: metricsToken }, {
     databaseUrl,
     background: false
   })

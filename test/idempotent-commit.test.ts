@@ -12,8 +12,9 @@ import { FetchHttpClient } from "effect/http"
 import { IdempotencyInProgress, makeHooklineClient } from "../src/client.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { waitFor } from "./support/outage.js"
-import { pgProxy } from "./support/pgProxy.js"
-import { type AccountBody, createDatabase, dropDatabase, type ErrorBody, startTestServer, type TestServer, type WalletBody } from "./support/server.js"
+import type { pgProxy } from "./support/pgProxy.js"
+import { startProxiedServer } from "./support/proxiedServer.js"
+import type { AccountBody, ErrorBody, TestServer, WalletBody } from "./support/server.js"
 
 const metricsToken = "outcome-unknown-metrics-token"
 
@@ -23,32 +24,14 @@ const outcomeUnknownCount = async () => {
   return Number(/^hookline_outcome_unknown_total(?:\{[^}]*\})? (\d+)/m.exec(text)?.[1] ?? 0)
 }
 
-let databaseUrl: string
 let proxy: ReturnType<typeof pgProxy>
 let server: TestServer
+let closeServer: () => Promise<void>
 
 beforeAll(async () => {
-  databaseUrl = await createDatabase()
-  const direct = new URL(databaseUrl)
-  proxy = pgProxy(direct)
-  const proxied = new URL(databaseUrl)
-  proxied.hostname = "127.0.0.1"
-  proxied.port = String(await proxy.listen())
-  server = await startTestServer(
-    {
-      DATABASE_URL: proxied.toString(),
-      IDEMPOTENCY_LOCK_TIMEOUT: "1 second",
-      IDEMPOTENCY_POLL_INTERVAL: "20 millis",
-      METRICS_TOKEN: metricsToken
-    },
-    { databaseUrl, background: false }
-  )
+  ;({ close: closeServer, proxy, server } = await startProxiedServer({ METRICS_TOKEN: metricsToken }))
 }, 60_000)
-afterAll(async () => {
-  await server.close()
-  await proxy.close()
-  await dropDatabase(databaseUrl)
-})
+afterAll(() => closeServer())
 
 const messageOf = (response: { readonly body: unknown }) => (response.body as ErrorBody).error.message
 

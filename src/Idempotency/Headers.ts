@@ -24,9 +24,16 @@ export const StoreAnswer = Context.Reference<((value: unknown) => Effect.Effect<
  * Stores `value`, the effect's answer, as its Idempotency-Key's answer, in the transaction this
  * runs in: the answer commits with what the request changed or not at all, so a retry after a
  * connection lost at COMMIT replays it instead of running again. Does nothing without a key.
+ * `headers` (lower-case names) are stored with it but not yet set on the response: the caller
+ * adds them with `addAnswerHeaders` once the transaction has committed, so a failed COMMIT's
+ * answer never carries them.
  */
-export const answerInTransaction = <A>(value: A): Effect.Effect<A> =>
-  Effect.flatMap(StoreAnswer, (store) => (store === null ? Effect.succeed(value) : Effect.as(store(value), value)))
+export const answerInTransaction = <A>(value: A, headers: Readonly<Record<string, string>> = {}): Effect.Effect<A> =>
+  Effect.flatMap(StoreAnswer, (store) =>
+    store === null ? Effect.succeed(value) : Effect.flatMap(AnswerHeaders, (collected) => {
+      if (collected !== null) Object.assign(collected, headers)
+      return Effect.as(store(value), value)
+    }))
 
 /** Adds `headers` (lower-case names) to the response, and to the stored answer inside `idempotent(...)`. */
 export const addAnswerHeaders = (headers: Readonly<Record<string, string>>) =>

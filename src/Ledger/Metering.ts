@@ -12,12 +12,14 @@ import { isOutcomeUnknown } from "../Sql.js"
 import type { Balances, Hold, Operation } from "./Domain.js"
 import { Ledger } from "./Ledger.js"
 
+/** The X-Credits-* headers' values (lower-case names). */
+export const creditHeaderValues = (charged: number, balances: Balances | null): Record<string, string> => ({
+  "x-credits-charged": String(charged),
+  ...(balances === null ? {} : { "x-credits-remaining": String(balances.monthly + balances.topup) })
+})
+
 /** X-Credits-Charged and X-Credits-Remaining: part of the answer, so an idempotent replay repeats them. */
-export const creditHeaders = (charged: number, balances: Balances | null) =>
-  addAnswerHeaders({
-    "x-credits-charged": String(charged),
-    ...(balances === null ? {} : { "x-credits-remaining": String(balances.monthly + balances.topup) })
-  })
+export const creditHeaders = (charged: number, balances: Balances | null) => addAnswerHeaders(creditHeaderValues(charged, balances))
 
 /** A charge whose connection was lost once sent may have been taken: the answer says its outcome is unknown. */
 const unknownWhenLost = <A, E, R>(charge: Effect.Effect<A, E, R>, credits: number) =>

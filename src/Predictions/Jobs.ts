@@ -9,7 +9,9 @@ import { Context, Duration, Effect, Layer, Option } from "effect"
 import { SqlClient } from "effect/sql"
 import type { Caller } from "../Auth/Api.js"
 import { NotFound, ValidationFailed } from "../Errors.js"
-import { Ledger } from "../Ledger/Ledger.js"
+import { type Balances, Ledger } from "../Ledger/Ledger.js"
+import { creditHeaderValues } from "../Ledger/Metering.js"
+import { answerInTransaction } from "../Idempotency/Headers.js"
 import { currentTraceParent, traced } from "../Observability/Tracing.js"
 import { DatabaseMode, orDieOnDb } from "../Sql.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
@@ -158,9 +160,14 @@ const requests = (
   { queue }: ReturnType<typeof queueing>,
   { readPrediction }: ReturnType<typeof settlement>
 ) => {
+  const walletBalances = (accountId: string) =>
+    Effect.map(ledger.wallet(accountId), (wallet): Balances => ({ monthly: wallet.monthly, topup: wallet.topup }))
+
   /**
    * Retry start (POST /v1/predict): retries the consume step for a job whose file landed while
    * credits were short. Queued, running or terminal jobs come back unchanged with 0 charged.
+   * One transaction reserves, queues, reads the answer and stores it under the request's
+   * Idempotency-Key, so a retry after a COMMIT lost on the way never reserves a second time.
    */
   const retryStart = (caller: Caller, uploadId: string, requestId: string) =>
     Effect.gen(function*() {
@@ -169,23 +176,23 @@ const requests = (
         const locked = yield* repo.lockForRetryStart({ uploadId, keyId: caller.keyId, createdAfter })
         if (Option.isNone(locked)) return yield* new NotFound({ message: `No upload ${uploadId} for this key.` })
         const row = locked.value
-        if (row.status !== "awaiting_upload") return { predictionId: row.prediction_id, hold: null }
-        if (row.upload_status !== "received") {
+        if (row.status === "awaiting_upload" && row.upload_status !== "received") {
           return yield* new ValidationFailed({
             message: "upload_id: the file has not landed yet; PUT it to the upload_url first."
           })
         }
-        const hold = yield* queue(row.prediction_id, caller.accountId, caller.keyId, requestId)
-        return { predictionId: row.prediction_id, hold }
+        const hold = row.status === "awaiting_upload"
+          ? yield* queue(row.prediction_id, caller.accountId, caller.keyId, requestId)
+          : null
+        const prediction = toPrediction(yield* readPrediction(row.prediction_id))
+        const retried: RetryOutcome = hold !== null
+          ? { prediction, charged: predictionPrice, balances: hold.balancesAfter }
+          : { prediction, charged: 0, balances: yield* walletBalances(caller.accountId) }
+        yield* answerInTransaction(prediction, creditHeaderValues(retried.charged, retried.balances))
+        return retried
       }).pipe(sql.withTransaction)
-      if (outcome.hold !== null) yield* signal.wake
-      const prediction = toPrediction(yield* readPrediction(outcome.predictionId))
-      if (outcome.hold !== null) {
-        return { prediction, charged: predictionPrice, balances: outcome.hold.balancesAfter } satisfies RetryOutcome
-      }
-      const wallet = yield* ledger.wallet(caller.accountId)
-      const balances = { monthly: wallet.monthly, topup: wallet.topup }
-      return { prediction, charged: 0, balances } satisfies RetryOutcome
+      if (outcome.charged > 0) yield* signal.wake
+      return outcome
     }).pipe(orDieOnDb, traced("Predictions.retryStart"))
 
   /** Visible only to the key that created it, and only for the retention period. */

@@ -12,6 +12,7 @@ import type { Caller } from "../Auth/Api.js"
 import { publicBaseUrl, ServerConfig } from "../Config.js"
 import { NotFound, ServiceUnavailable, UploadAlreadyUsed, UploadExpired, type ValidationFailed } from "../Errors.js"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
+import { answerInTransaction } from "../Idempotency/Headers.js"
 import { traced } from "../Observability/Tracing.js"
 import { toTimestamp } from "../Schemas.js"
 import { orDieOnDb } from "../Sql.js"
@@ -105,7 +106,18 @@ const links = ({ access, blobs, config, quotas, repo, server, sql }: Dependencie
       const blobKey = `uploads/${uploadId}`
       const now = yield* currentDate
       const expiresAt = new Date(now.getTime() + Duration.toMillis(config.uploadLinkTtl))
-      yield* quotas.admitLink(caller.accountId, caller.keyId).pipe(
+      const uploadUrl = Option.match(blobs.presignedPut, {
+        onNone: () => `${publicBaseUrl(server)}/uploads/${token}`,
+        onSome: (presign) => presign(blobKey, config.uploadLinkTtl)
+      })
+      const link: PredictUpload = {
+        upload_id: uploadId,
+        prediction_id: predictionId,
+        upload_url: uploadUrl,
+        expires_at: toTimestamp(expiresAt)
+      }
+      // The link's answer is stored under the request's Idempotency-Key in the link's own transaction.
+      return yield* quotas.admitLink(caller.accountId, caller.keyId).pipe(
         Effect.andThen(repo.createUploadLink({
           predictionId,
           uploadId,
@@ -116,18 +128,9 @@ const links = ({ access, blobs, config, quotas, repo, server, sql }: Dependencie
           now,
           expiresAt
         })),
+        Effect.andThen(answerInTransaction(link)),
         sql.withTransaction
       )
-      const uploadUrl = Option.match(blobs.presignedPut, {
-        onNone: () => `${publicBaseUrl(server)}/uploads/${token}`,
-        onSome: (presign) => presign(blobKey, config.uploadLinkTtl)
-      })
-      return {
-        upload_id: uploadId,
-        prediction_id: predictionId,
-        upload_url: uploadUrl,
-        expires_at: toTimestamp(expiresAt)
-      } satisfies PredictUpload
     }).pipe(orDieOnDb, traced("Predictions.createUpload"))
 
   return { createUploadLink }

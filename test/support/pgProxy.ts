@@ -73,8 +73,16 @@ export const pgProxy = (target: URL) => {
       })
     }
   })
+  const listen = () => new Promise<number>((resolve) => server.listen(0, "127.0.0.1", () => resolve((server.address() as { port: number }).port)))
   return {
-    listen: () => new Promise<number>((resolve) => server.listen(0, "127.0.0.1", () => resolve((server.address() as { port: number }).port))),
+    listen,
+    /** Listens; answers the database's URL as reached through this proxy. */
+    listenAsUrl: async () => {
+      const proxied = new URL(target)
+      proxied.hostname = "127.0.0.1"
+      proxied.port = String(await listen())
+      return proxied.toString()
+    },
     /**
      * Lets the next statement whose text holds `fragment` run in PostgreSQL, then cuts its
      * connection before any of its answer reaches the server; then stays `then`. The text is
