@@ -2,7 +2,7 @@
  * Every statement on `accounts`, named for what it does. Wallet rows belong to the Ledger; this
  * room holds the account's own fields. Database and decoding failures are defects.
  */
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, type Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { Plan } from "../Auth/Domain.js"
 import { atRepoBoundary } from "../Repository.js"
@@ -21,10 +21,18 @@ const NewAccount = Schema.Struct({ id: Schema.String, name: Schema.NullOr(Schema
 const Suspension = Schema.Struct({ id: Schema.String, suspended: Schema.Boolean })
 const PlanChange = Schema.Struct({ id: Schema.String, plan: Plan, monthlyGrant: Schema.Number })
 
+/** The statements on `accounts`, as the Accounts service and the tests' in-memory twin offer them. */
+export interface AccountsRepoService {
+  /** The account, row-locked until the transaction ends when `lock` is set. */
+  readonly findAccount: (id: string, lock: boolean) => Effect.Effect<Option.Option<AccountRow>>
+  readonly insertAccount: (account: typeof NewAccount.Type) => Effect.Effect<void>
+  readonly setSuspended: (id: string, suspended: boolean) => Effect.Effect<void>
+  readonly changePlan: (id: string, plan: Plan, monthlyGrant: number) => Effect.Effect<void>
+}
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
 
-  /** The account, row-locked until the transaction ends when `lock` is set. */
   const findAccount = SqlSchema.findOneOption({
     Request: AccountLookup,
     Result: AccountRow,
@@ -57,6 +65,6 @@ const make = Effect.gen(function*() {
   })
 })
 
-export class AccountsRepo extends Context.Service<AccountsRepo, Effect.Success<typeof make>>()("hookline/AccountsRepo") {
+export class AccountsRepo extends Context.Service<AccountsRepo, AccountsRepoService>()("hookline/AccountsRepo") {
   static readonly layer = Layer.effect(AccountsRepo, make)
 }

@@ -3,7 +3,7 @@
  * does. Keys are found by the SHA-256 hash of the plain key; the plain key never reaches the
  * database. Database and decoding failures are defects.
  */
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, type Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { Plan, Scope } from "./Domain.js"
@@ -26,10 +26,18 @@ export const NewKey = Schema.Struct({
 })
 export type NewKey = typeof NewKey.Type
 
+/** The statements on `api_keys`, as Auth and the tests' in-memory twin offer them. */
+export interface KeysRepoService {
+  /** The unrevoked key with this hash, with its account's plan, suspension and the key's scopes. */
+  readonly findLiveKeyByHash: (hash: string) => Effect.Effect<Option.Option<KeyOwnerRow>>
+  readonly insertKey: (key: NewKey) => Effect.Effect<{ readonly created_at: Date }>
+  /** Marks the key revoked (the first revocation's time stays); None when no such key exists. */
+  readonly revokeKey: (keyId: string) => Effect.Effect<Option.Option<{ readonly id: string }>>
+}
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
 
-  /** The unrevoked key with this hash, with its account's plan, suspension and the key's scopes. */
   const findLiveKeyByHash = SqlSchema.findOneOption({
     Request: Schema.String,
     Result: KeyOwnerRow,
@@ -50,7 +58,6 @@ const make = Effect.gen(function*() {
         RETURNING created_at`
   })
 
-  /** Marks the key revoked (the first revocation's time stays); None when no such key exists. */
   const revokeKey = SqlSchema.findOneOption({
     Request: Schema.String,
     Result: Schema.Struct({ id: Schema.String }),
@@ -60,6 +67,6 @@ const make = Effect.gen(function*() {
   return atRepoBoundary("KeysRepo", { findLiveKeyByHash, insertKey, revokeKey })
 })
 
-export class KeysRepo extends Context.Service<KeysRepo, Effect.Success<typeof make>>()("hookline/KeysRepo") {
+export class KeysRepo extends Context.Service<KeysRepo, KeysRepoService>()("hookline/KeysRepo") {
   static readonly layer = Layer.effect(KeysRepo, make)
 }
