@@ -19,6 +19,7 @@ import { Usage } from "./Ledger/Usage.js"
 import { Metrics } from "./Observability/Metrics.js"
 import { MetricsListenerLive } from "./System/MetricsEndpoint.js"
 import { TracingLive } from "./Observability/Tracing.js"
+import { PublicPathsLive } from "./System/Routes.js"
 import { BlobStore } from "./Predictions/BlobStore.js"
 import { PredictionGaugesLive } from "./Predictions/Gauges.js"
 import { PredictionJobs } from "./Predictions/Jobs.js"
@@ -92,7 +93,7 @@ const withServices = <E, R, EB, RB>(server: Layer.Layer<ServerServices, E, R>, b
     // is served every request is answered 503 (Server.ts). Released last, after the database.
     Layer.provideMerge(server),
     // Built first, so every span of the build and of the running app goes through it.
-    Layer.provide(TracingLive)
+    Layer.provide(TracingLive.pipe(Layer.provide(PublicPathsLive)))
   )
 
 /**

@@ -1,8 +1,9 @@
 /**
  * Server wiring: the API's routes (every group's handlers, the bearer middleware and the
- * envelope for framework errors, src/System/Envelope.ts), /openapi.json, /docs, and the
- * request pipeline around them all (src/System/Pipeline.ts), served by the HttpServer in
- * context (src/System/Server.ts).
+ * envelope for framework errors, src/System/Envelope.ts), /openapi.json, /docs, each with the
+ * route middleware that applies its endpoint's traits (src/System/Routes.ts), and the request
+ * pipeline around them all (src/System/Pipeline.ts), served by the HttpServer in context
+ * (src/System/Server.ts) on each of its listeners.
  */
 import { Layer } from "effect"
 import { HttpRouter } from "effect/http"
@@ -18,6 +19,7 @@ import { DocsLive } from "./System/Docs.js"
 import { ApiErrors, ApiErrorsLive } from "./System/Envelope.js"
 import { SystemHandlers } from "./System/Http.js"
 import { RequestPipelineLive } from "./System/Pipeline.js"
+import { IndexedRouterLive, RouteIndex, RouteTraitsLive } from "./System/Routes.js"
 import { WebhooksHandlers } from "./Webhooks/Http.js"
 
 export { describeDecodeError } from "./System/Envelope.js"
@@ -37,8 +39,11 @@ export const ApiLive = HttpApiBuilder.layer(HooklineApi, { openapiPath: "/openap
   Layer.provide(Layer.succeed(ApiErrors, ApiErrorsLive))
 )
 
+/** Every route, registered through the indexed router with the route middleware. */
+const RoutesLive = Layer.mergeAll(ApiLive, DocsLive).pipe(Layer.provide([RouteTraitsLive.layer, IndexedRouterLive]))
+
 /** Everything the HTTP server serves, with the request pipeline around it. */
-export const HttpAppLive = HttpRouter.serve(Layer.mergeAll(ApiLive, DocsLive, RequestPipelineLive), {
+export const HttpAppLive = HttpRouter.serve(Layer.mergeAll(RoutesLive, RequestPipelineLive).pipe(Layer.provide(RouteIndex.layer)), {
   // The pipeline writes the access log; the router's own logger would log each request twice.
   disableLogger: true,
   disableListenLog: true

@@ -374,25 +374,70 @@ describe("/metrics", () => {
     }
   }, 60_000)
 
-  test("METRICS_PORT serves GET /metrics alone on its own listener; the API port keeps it hidden", async () => {
+  /** A loopback port free a moment ago. */
+  const freePort = async () => {
     const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() })
-    const port = probe.port
+    const port = probe.port!
     await probe.stop(true)
+    return port
+  }
+
+  test("METRICS_PORT serves GET /metrics alone, through the app's pipeline; the API port keeps it hidden", async () => {
+    const port = await freePort()
     const separate = await startTestServer({ METRICS_PORT: String(port), METRICS_HOST: "127.0.0.1" })
     try {
-      const metrics = await fetch(`http://127.0.0.1:${port}/metrics`)
+      const metrics = await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { "x-request-id": "scrape-1" } })
       expect(metrics.status).toBe(200)
       expect(metrics.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8")
+      // The request pipeline's: the caller's request id kept, or a new one.
+      expect(metrics.headers.get("x-request-id")).toBe("scrape-1")
       expect(await metrics.text()).toContain("# TYPE http_server_requests_total counter")
-      const other = await fetch(`http://127.0.0.1:${port}/v1/wallet`)
-      expectEnvelope({ status: other.status, headers: other.headers, body: await other.json() }, 404, "not_found")
+      for (const [method, path] of [["GET", "/v1/wallet"], ["GET", "/docs"], ["GET", "/openapi.json"], ["GET", "/healthz"], ["POST", "/metrics"], ["GET", "/nothing"]]) {
+        const other = await fetch(`http://127.0.0.1:${port}${path}`, { method })
+        const body = await other.json() as ErrorBody
+        expectEnvelope({ status: other.status, headers: other.headers, body }, 404, "not_found")
+        expect(body.error.message).toBe("Only GET /metrics is served on this port.")
+      }
       const hidden = await fetch(`${separate.url}/metrics`)
-      expect(hidden.status).toBe(404)
+      expectEnvelope({ status: hidden.status, headers: hidden.headers, body: await hidden.json() }, 404, "not_found")
     } finally {
       await separate.close()
     }
     // The listener stops with the server.
     expect(await fetch(`http://127.0.0.1:${port}/metrics`).then(() => "answered", () => "closed")).toBe("closed")
+  }, 60_000)
+
+  test("with METRICS_TOKEN both listeners ask for it, and a refused token counts toward the address's failed authentications", async () => {
+    const port = await freePort()
+    const token = "a-long-random-metrics-token"
+    const limited = await startTestServer(
+      { METRICS_PORT: String(port), METRICS_TOKEN: token, RATE_LIMIT_ENABLED: "true", RATE_LIMIT_FAILED_AUTH_PER_MINUTE: "3" }
+    )
+    const metricsPort = `http://127.0.0.1:${port}/metrics`
+    const scrape = (url: string, given: string) => fetch(url, { headers: { authorization: `Bearer ${given}` } })
+    try {
+      expect((await scrape(metricsPort, token)).status).toBe(200)
+      expect((await scrape(`${limited.url}/metrics`, token)).status).toBe(200)
+      const statuses: Array<number> = []
+      const note = async (response: Response) => {
+        statuses.push(response.status)
+        const body = await response.json() as ErrorBody
+        expect(body.error.type).toBe(response.status === 401 ? "invalid_api_key" : "rate_limit_exceeded")
+        if (response.status === 429) expect(Number(response.headers.get("retry-after"))).toBeGreaterThan(0)
+      }
+      // Two refused on the metrics port and one on the API port's /metrics use up the 3 a minute...
+      await note(await scrape(metricsPort, "wrong-1"))
+      await note(await scrape(metricsPort, "wrong-2"))
+      await note(await scrape(`${limited.url}/metrics`, "wrong-3"))
+      // ...so a wrong API key from the same address is now refused 429, and so is the metrics port.
+      await note(await fetch(`${limited.url}/v1/wallet`, { headers: { authorization: "Bearer hkl_live_wrong" } }))
+      await note(await scrape(metricsPort, "wrong-4"))
+      expect(statuses).toEqual([401, 401, 401, 429, 429])
+      // Only failures count: the scraper's own token still works.
+      expect((await scrape(metricsPort, token)).status).toBe(200)
+    } finally {
+      await limited.close()
+    }
   }, 60_000)
 })
 

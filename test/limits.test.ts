@@ -93,18 +93,55 @@ const chunkedFlood = (port: number, head: string, maxBytes: number) =>
   })
 
 describe("request bodies", () => {
-  test("an unauthenticated chunked body past the JSON limit is refused at once (413), never read whole", async () => {
+  /** The status line and envelope of a raw response, checked to be `status` with error `type`. */
+  const expectRawEnvelope = (response: string, status: number, type: string) => {
+    expect(response.slice(0, response.indexOf("\r\n"))).toStartWith(`HTTP/1.1 ${status}`)
+    const body = JSON.parse(response.slice(response.indexOf("\r\n\r\n") + 4)) as ErrorBody
+    expect(body.error.type).toBe(type)
+    expect(body.error.request_id).toMatch(/^req_/)
+  }
+
+  test("an authenticated chunked body past the JSON limit is 413 while it streams, never read whole", async () => {
+    const { key } = await server.account()
     const port = Number(new URL(server.url).port)
-    const head = "POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    const head = "POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+      `Authorization: Bearer ${key}\r\nTransfer-Encoding: chunked\r\n\r\n`
     // Up to 256 MiB offered; the answer must come long before the server has taken it all.
     const { response, bodyBytesWritten } = await chunkedFlood(port, head, 256 * 1024 * 1024)
-    expect(response.startsWith("HTTP/1.1 413")).toBe(true)
+    expectRawEnvelope(response, 413, "payload_too_large")
+    expect(response).toContain("The request body is larger than 65536 bytes.")
+    // The rest of the body is never read: the connection goes with the answer.
     expect(response.toLowerCase()).toContain("connection: close")
-    const body = JSON.parse(response.slice(response.indexOf("\r\n\r\n") + 4)) as ErrorBody
-    expect(body.error.type).toBe("payload_too_large")
-    expect(body.error.request_id).toMatch(/^req_/)
     // Socket buffers hold a few MiB at most: far from the 256 MiB offered.
     expect(bodyBytesWritten).toBeLessThan(32 * 1024 * 1024)
+  })
+
+  test("an unauthenticated body is refused 401 before any of it is read (authentication comes before input checks)", async () => {
+    const port = Number(new URL(server.url).port)
+    const head = "POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    const { response, bodyBytesWritten } = await chunkedFlood(port, head, 256 * 1024 * 1024)
+    expectRawEnvelope(response, 401, "invalid_api_key")
+    expect(bodyBytesWritten).toBeLessThan(32 * 1024 * 1024)
+    // A declared Content-Length over the limit: the same 401, not 413.
+    const declared = await fetch(`${server.url}/v1/predict`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "x".repeat(100_000)
+    })
+    expect(declared.status).toBe(401)
+  })
+
+  test("a declared Content-Length over the JSON limit is 413 once the caller is known, nothing charged", async () => {
+    const { accountId, key } = await server.account({ monthly_balance: 100 })
+    const before = await ledgerState(server.db, accountId)
+    const response = await fetch(`${server.url}/v1/predict`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify({ upload_id: "x".repeat(70_000) })
+    })
+    expectEnvelope({ status: response.status, headers: response.headers, body: await response.json() }, 413, "payload_too_large")
+    expect(response.headers.get("connection")).toBe("close")
+    expect(await ledgerState(server.db, accountId)).toEqual(before)
   })
 
   test("a client that hangs up in the middle of a chunked body leaves the server answering as before", async () => {

@@ -12,6 +12,7 @@ import { Plan, Scope } from "../Auth/Api.js"
 import { InvalidApiKeyWire, InvalidCursorWire, NotFoundWire, RateLimitExceededWire } from "../Errors.js"
 import { HookCategoryList, ImportResult } from "../Hooks/Api.js"
 import { acceptsIdempotencyKey, IdempotencyKeys } from "../Idempotency/Api.js"
+import { StreamedBody } from "../RouteTraits.js"
 import {
   CreditTransactionList,
   KeySpend,
@@ -233,6 +234,7 @@ export class AdminApi extends HttpApiGroup.make("admin")
     // No payload schema: the handler streams the body itself (Hooks/Import.ts).
     HttpApiEndpoint.post("importHooks", "/catalog/hooks", { success: ImportResult })
       .annotate(OpenApi.Summary, "Import hooks")
+      .annotate(StreamedBody, true)
       .annotate(
         OpenApi.Description,
         "A JSON array (Content-Type application/json), or NDJSON (application/x-ndjson, one hook per line; blank lines " +

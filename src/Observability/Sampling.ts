@@ -11,11 +11,11 @@
  * (no span objects, no SQL spans) and the server span skipped. If it ends with a 5xx or takes
  * longer than TRACES_SLOW_REQUEST (default 500 ms), one span is still recorded for it after the
  * fact: the route, status, duration and request id, so every error and every slow request is
- * in the traces. Probes and scrapes (Routes.untracedPaths) are never sampled.
+ * in the traces. Routes annotated `Untraced` (probes and scrapes, src/RouteTraits.ts) are not
+ * offered to the sampler at all (the adapter asks, src/System/Server.ts).
  */
 import { Config, Context, Duration, Effect, Exit, Layer, Option, References, Schema, SchemaIssue } from "effect"
 import { Headers, HttpMiddleware, HttpTraceContext } from "effect/http"
-import { untracedPaths } from "./Routes.js"
 import { SpanAttributes } from "./Tracing.js"
 
 const samplers = [
@@ -96,8 +96,8 @@ const make = Effect.gen(function*() {
   const slowMs = Duration.toMillis(config.slowRequest)
   const sampler = makeSampler(config.sampler, config.ratio)
 
-  /** Whether to trace a request to `path` (no query string) that carries `traceparent`. */
-  const sampled = (path: string, traceparent: string | null): boolean => !untracedPaths.has(path) && sampler(traceparent)
+  /** Whether to trace a request that carries `traceparent` (or none). */
+  const sampled = (traceparent: string | null): boolean => sampler(traceparent)
 
   /** Records one span for an unsampled request that failed (5xx) or was slow; nothing otherwise. */
   const summarize = (request: RequestSummary): void => {

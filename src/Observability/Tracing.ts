@@ -11,7 +11,7 @@
 import { Config, Context, Duration, Effect, Layer, Option, References, Tracer } from "effect"
 import { FetchHttpClient, Headers, HttpMiddleware, HttpTraceContext } from "effect/http"
 import { OtlpExporter, OtlpMetrics, OtlpSerialization, OtlpTracer } from "effect/observability"
-import { publicPath } from "./Routes.js"
+import { type PublicPath, PublicPaths } from "./Routes.js"
 
 export const TracingConfig = Config.all({
   /** Base URL of an OTLP/HTTP collector (`/v1/traces` and `/v1/metrics` are appended). */
@@ -30,7 +30,7 @@ export const SpanAttributes = {
 } as const
 
 /** The URL attributes HttpMiddleware.tracer and HttpClient record, made safe to export. */
-const scrubAttribute = (key: string, value: unknown): Option.Option<unknown> => {
+const scrubAttribute = (publicPath: PublicPath, key: string, value: unknown): Option.Option<unknown> => {
   switch (key) {
     case "url.query":
       return Option.none()
@@ -50,23 +50,23 @@ const scrubAttribute = (key: string, value: unknown): Option.Option<unknown> => 
  * Wraps a tracer so that its spans never record query strings or secret path segments. Every
  * attribute, those given when a span starts included, goes through the span's setter.
  */
-export const scrubbingTracer = (tracer: Tracer.Tracer): Tracer.Tracer =>
+export const scrubbingTracer = (tracer: Tracer.Tracer, publicPath: PublicPath): Tracer.Tracer =>
   Tracer.make({
     span(options) {
       const span = tracer.span(options)
       // The span object belongs to the wrapped tracer (its exporter reads it); only the
       // attribute setter is intercepted.
       const record = span.attribute.bind(span)
-      span.attribute = (key, value) => Option.match(scrubAttribute(key, value), { onNone: () => {}, onSome: (safe) => record(key, safe) })
+      span.attribute = (key, value) => Option.match(scrubAttribute(publicPath, key, value), { onNone: () => {}, onSome: (safe) => record(key, safe) })
       return span
     },
     context: tracer.context
   })
 
-const otlpExport = (endpoint: string, serviceName: string, exportInterval: Duration.Duration) => {
+const otlpExport = (endpoint: string, serviceName: string, exportInterval: Duration.Duration, publicPath: PublicPath) => {
   const base = endpoint.replace(/\/+$/, "")
   const resource = { serviceName }
-  const tracer = Layer.effect(Tracer.Tracer, Effect.map(OtlpTracer.make({ url: `${base}/v1/traces`, resource, exportInterval }), scrubbingTracer))
+  const tracer = Layer.effect(Tracer.Tracer, Effect.map(OtlpTracer.make({ url: `${base}/v1/traces`, resource, exportInterval }), (tracer) => scrubbingTracer(tracer, publicPath)))
   const metrics = Layer.effectDiscard(OtlpMetrics.make({ url: `${base}/v1/metrics`, resource, exportInterval }))
   return Layer.mergeAll(tracer, metrics).pipe(
     Layer.provide(OtlpExporter.layerFlusher),
@@ -86,15 +86,16 @@ const serverSpans = Layer.mergeAll(
 
 /**
  * The tracer for the whole application: OTLP export when configured; otherwise the tracer in
- * place (a test's collector), scrubbed. Effect's own in-process tracer is left as it is: its
+ * place (a test's collector), scrubbed with the application's PublicPaths. Effect's own in-process tracer is left as it is: its
  * spans reach no one, and Effect skips the request span's attributes for it.
  */
 export const TracingLive = Layer.unwrap(
   Effect.gen(function*() {
     const config = yield* TracingConfig
-    if (Option.isSome(config.endpoint)) return otlpExport(config.endpoint.value, config.serviceName, config.exportInterval)
+    const publicPath = yield* PublicPaths
+    if (Option.isSome(config.endpoint)) return otlpExport(config.endpoint.value, config.serviceName, config.exportInterval, publicPath)
     const current = yield* Effect.tracer
-    return current === Tracer.nativeTracer ? Layer.empty : Layer.succeed(Tracer.Tracer, scrubbingTracer(current))
+    return current === Tracer.nativeTracer ? Layer.empty : Layer.succeed(Tracer.Tracer, scrubbingTracer(current, publicPath))
   })
 ).pipe(Layer.merge(serverSpans))
 

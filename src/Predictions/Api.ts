@@ -15,6 +15,7 @@ import {
 } from "../Errors.js"
 import { acceptsIdempotencyKey, IdempotencyKeys } from "../Idempotency/Api.js"
 import { predictionPrice } from "../Ledger/Prices.js"
+import { SecretPathParams, StreamedBody } from "../RouteTraits.js"
 import { Band, PredictionErrorType, PredictionStatus } from "./Domain.js"
 import { strict, Timestamp } from "../Schemas.js"
 
@@ -153,6 +154,8 @@ export class UploadApi extends HttpApiGroup.make("upload")
       ]
     })
       .annotate(OpenApi.Summary, "Upload the clip")
+      .annotate(StreamedBody, true)
+      .annotate(SecretPathParams, ["token"])
       // No payload is declared: the handler streams the raw body itself under its own limit, and a
       // declared body would make the framework check its Content-Type; so the request body is
       // documented here for generated clients.

@@ -2,6 +2,7 @@
 import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "effect/http-api"
 import { InvalidApiKeyWire, RateLimitExceededWire, ServiceUnavailableWire } from "../Errors.js"
+import { OnMetricsListener, Untraced } from "../RouteTraits.js"
 
 export const Health = Schema.Struct({ status: Schema.Literal("ok") }).annotate({ identifier: "Health" })
 
@@ -26,10 +27,12 @@ export class SystemApi extends HttpApiGroup.make("system")
   .add(
     HttpApiEndpoint.get("healthz", "/healthz", { success: Health })
       .annotate(OpenApi.Summary, "Liveness: the process is up")
+      .annotate(Untraced, true)
   )
   .add(
     HttpApiEndpoint.get("readyz", "/readyz", { success: Readiness, error: ServiceUnavailableWire })
       .annotate(OpenApi.Summary, "Readiness: the database answers, migrations are applied, the clip store works")
+      .annotate(Untraced, true)
       .annotate(
         OpenApi.Description,
         "503 with the reason while the database does not answer, or while the S3 bucket's last access check failed " +
@@ -43,6 +46,8 @@ export class SystemApi extends HttpApiGroup.make("system")
       error: [InvalidApiKeyWire, RateLimitExceededWire]
     })
       .annotate(OpenApi.Summary, "Prometheus metrics of this process (Authorization: Bearer <METRICS_TOKEN>; 404 when it is unset)")
+      .annotate(Untraced, true)
+      .annotate(OnMetricsListener, true)
       .annotate(
         OpenApi.Description,
         "Request counts and latency histograms by route and status, credits charged by operation, prediction jobs by " +

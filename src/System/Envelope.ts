@@ -10,16 +10,24 @@
  *   route, /docs, a defect in encoding), writing the envelope itself.
  */
 import { Cause, Config, Duration, Effect, Option, type Types } from "effect"
-import { HttpEffect, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpEffect, HttpIncomingMessage, HttpServerError, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiError } from "effect/http-api"
 import * as SchemaIssue from "effect/SchemaIssue"
-import { ChargeOutcomeUnknown, errorCodes, type ErrorTag, InternalError, ServiceUnavailable, UnsupportedMediaType, ValidationFailed } from "../Errors.js"
+import {
+  ChargeOutcomeUnknown,
+  errorCodes,
+  type ErrorTag,
+  InternalError,
+  PayloadTooLarge,
+  ServiceUnavailable,
+  UnsupportedMediaType,
+  ValidationFailed
+} from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordDatabaseUnavailable, recordOutcomeUnknown } from "../Observability/Metrics.js"
 import { isDatabaseUnavailable } from "../Sql.js"
 import { ApiErrors } from "./ApiErrors.js"
 import { isNulCharacterRefusal, isStatementCancelled, nulCharacterRefused } from "./InputGuards.js"
-import { noRouteMessage } from "./RouteHints.js"
 
 const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
@@ -110,7 +118,20 @@ const noteDatabaseUnavailable = (cause: Cause.Cause<unknown>) =>
 
 const internalError = new InternalError({ message: "Internal server error." })
 
-type FrameworkError = ValidationFailed | UnsupportedMediaType | InternalError | ServiceUnavailable
+type FrameworkError = ValidationFailed | UnsupportedMediaType | PayloadTooLarge | InternalError | ServiceUnavailable
+
+/**
+ * A body over the route's MaxBodySize (src/System/Routes.ts): 413, and the connection closed, as
+ * the rest of the body is never read.
+ */
+const bodyTooLarge = Effect.withFiber((fiber) => {
+  const limit = fiber.getRef(HttpIncomingMessage.MaxBodySize)
+  HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (_request, response) =>
+    Effect.succeed(HttpServerResponse.setHeader(response, "connection", "close")))
+  return Effect.fail(new PayloadTooLarge({
+    message: limit === undefined ? "The request body is too large." : `The request body is larger than ${limit} bytes.`
+  }))
+})
 
 /** What a defect is answered with: a contract error, logged when it is a bug. */
 const fromDefect = (defect: unknown, cause: Cause.Cause<unknown>): Effect.Effect<never, FrameworkError> => {
@@ -134,7 +155,9 @@ const fromDefect = (defect: unknown, cause: Cause.Cause<unknown>): Effect.Effect
     )
   }
   if (HttpServerError.isHttpServerError(defect) && defect.reason._tag === "RequestParseError") {
-    return Effect.fail(new ValidationFailed({ message: "request: the body could not be read" }))
+    return defect.reason.reason === "BodyTooLarge"
+      ? bodyTooLarge
+      : Effect.fail(new ValidationFailed({ message: "request: the body could not be read" }))
   }
   return Effect.logError("request failed with a defect", cause).pipe(Effect.andThen(Effect.fail(internalError)))
 }
@@ -182,25 +205,28 @@ export const envelopeResponse = (error: ErrorTag, message: string, requestId: st
   return HttpServerResponse.jsonUnsafe({ error: { type, message, request_id: requestId } }, { status, headers })
 }
 
-/** The envelope as a web Response, for the few answers given outside Effect (the Bun adapter, the metrics listener). */
+/** The envelope as a web Response, for the one answer given outside Effect (the Bun adapter while the app is not served). */
 export const webEnvelope = (error: ErrorTag, message: string, headers: Record<string, string> = {}): Response => {
   const { type, status } = errorCodes[error]
   const requestId = newId("req")
   return Response.json({ error: { type, message, request_id: requestId } }, { status, headers: { ...headers, "x-request-id": requestId } })
 }
 
-/** The answer to a failure outside any endpoint, in the envelope; an interruption stays one. */
+/**
+ * The answer to a failure outside any endpoint, in the envelope; an interruption stays one.
+ * `noRoute` says why no route took the request (src/System/Routes.ts).
+ */
 export const answerCause = <E>(
-  request: HttpServerRequest.HttpServerRequest,
   cause: Cause.Cause<E>,
-  requestId: string
+  requestId: string,
+  noRoute: () => string
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, E> => {
   if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause)
   const failure = Cause.findErrorOption(cause)
   if (Option.isSome(failure)) {
     const error: unknown = failure.value
     if (HttpServerError.isHttpServerError(error) && error.reason._tag === "RouteNotFound") {
-      return Effect.succeed(envelopeResponse("NotFound", noRouteMessage(request.method, request.url), requestId))
+      return Effect.succeed(envelopeResponse("NotFound", noRoute(), requestId))
     }
   }
   const defect = Cause.findDefect(cause)

@@ -10,8 +10,8 @@
  * - admission: once shutdown starts, 503 `service_unavailable` with Retry-After and
  *   Connection: close; an admitted request runs as one of the gate's fibers, which the
  *   shutdown interrupts when the grace period ends (src/System/Shutdown.ts);
- * - the request-head limit (431), control characters in the path (404), the JSON body limit
- *   (413; a chunked body is counted by the adapter);
+ * - the request-head limit (431), control characters in the path (404); a body's limit is the
+ *   route's, applied once the route is known (src/System/Routes.ts);
  * - failures no endpoint answered become the envelope (src/System/Envelope.ts);
  * - then the request metrics and the access log (with the client address), labelled with the
  *   route template the router matched, and for a request that was not sampled, the
@@ -19,17 +19,18 @@
  */
 import { Config, Context, Effect, Exit, LogLevel, Option, References, type Types } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
-import { ServerConfig } from "../Config.js"
 import { type ErrorTag, RequestId } from "../Errors.js"
 import { newId } from "../Ids.js"
 import { recordRequestNow } from "../Observability/Metrics.js"
-import { pathOnly, publicPath, unmatchedRoute } from "../Observability/Routes.js"
+import { pathOnly, unmatchedRoute } from "../Observability/Routes.js"
 import { Sampling } from "../Observability/Sampling.js"
 import { annotateRequestSpan, SpanAttributes } from "../Observability/Tracing.js"
 import { ClientAddressConfig, makeClientAddress } from "./ClientAddress.js"
 import { answerCause, envelopeResponse, UnavailableRetryAfter } from "./Envelope.js"
 import { HeaderLimitConfig, hasControlCharacterInPath, requestHeadBytesAtMost } from "./InputGuards.js"
-import { BodyRefusal, ClientAddress, streamedBodyRoutes } from "./Server.js"
+import { ListenerRole } from "./Listen.js"
+import { noRouteMessage, publicPath, RouteIndex } from "./Routes.js"
+import { ClientAddress } from "./Server.js"
 import { ShutdownGate } from "./Shutdown.js"
 
 const incomingRequestId = /^[A-Za-z0-9_.:-]{1,128}$/
@@ -37,7 +38,6 @@ const incomingRequestId = /^[A-Za-z0-9_.:-]{1,128}$/
 const PipelineConfig = Config.all({
   headLimit: HeaderLimitConfig,
   clientAddress: ClientAddressConfig,
-  maxJsonBodyBytes: Config.map(ServerConfig, (config) => config.maxJsonBodyBytes),
   retryAfter: UnavailableRetryAfter
 })
 
@@ -54,24 +54,17 @@ export const RequestPipelineLive = HttpRouter.middleware(
   Effect.gen(function*() {
     const gate = yield* ShutdownGate
     const sampling = yield* Sampling
-    const { clientAddress, headLimit, maxJsonBodyBytes, retryAfter } = yield* PipelineConfig
+    const routes = yield* RouteIndex
+    const { clientAddress, headLimit, retryAfter } = yield* PipelineConfig
     const clientOf = makeClientAddress(clientAddress)
 
     /** The refusals that come before routing, or null when the request may go on. */
-    const guard = (request: HttpServerRequest.HttpServerRequest, path: string, refused: string | null, requestId: string) => {
+    const guard = (request: HttpServerRequest.HttpServerRequest, path: string, requestId: string) => {
       if (!requestHeadBytesAtMost(request.method, request.url, request.headers, headLimit)) {
         return refusal("HeadersTooLarge", `The request line and headers are larger than ${headLimit} bytes.`, requestId, true, retryAfter)
       }
       if (hasControlCharacterInPath(path)) {
         return refusal("NotFound", "No resource has a path with control characters or broken percent-encoding.", requestId, false, retryAfter)
-      }
-      const tooLarge = () =>
-        refusal("PayloadTooLarge", `The request body is larger than ${maxJsonBodyBytes} bytes.`, requestId, true, retryAfter)
-      if (refused === "too large") return tooLarge()
-      if (refused === "broken") return refusal("ValidationFailed", "request: the body broke off before its end", requestId, true, retryAfter)
-      const declared = request.headers["content-length"]
-      if (declared !== undefined && Number(declared) > maxJsonBodyBytes && !streamedBodyRoutes.some((route) => route.test(path))) {
-        return tooLarge()
       }
       return null
     }
@@ -92,14 +85,16 @@ export const RequestPipelineLive = HttpRouter.middleware(
         if (!gate.enter(fiber)) {
           answer = Effect.succeed(refusal("ServiceUnavailable", "The server is shutting down; retry the request.", requestId, true, retryAfter))
         } else {
-          const refused = guard(request, path, fiber.getRef(BodyRefusal), requestId)
+          const refused = guard(request, path, requestId)
           answer = refused !== null ? Effect.succeed(refused) : annotateRequestSpan(SpanAttributes.requestId, requestId).pipe(
             Effect.andThen(app),
             // The router leaves the route it matched in the fiber's context.
             Effect.ensuring(Effect.sync(() => {
               route = Context.getOrUndefined(fiber.context, HttpRouter.RouteContext)?.route.path ?? unmatchedRoute
             })),
-            Effect.catchCause((cause) => answerCause(request, cause, requestId)),
+            Effect.catchCause((cause) =>
+              answerCause(cause, requestId, () => noRouteMessage(routes, request.method, request.url, fiber.getRef(ListenerRole)))
+            ),
             Effect.provideService(HttpServerRequest.HttpServerRequest, request)
           )
         }

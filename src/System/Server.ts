@@ -2,28 +2,31 @@
  * The HTTP server: `Bun.serve` handing every request to Effect's web handler
  * (`HttpEffect.toWebHandlerWith`, the one `HttpRouter.toWebHandler` uses), as an `HttpServer`
  * implementation, so the app is served with `HttpRouter.serve` like on any platform server.
+ * `HttpListeners.listen` opens another port serving the same app (the metrics port).
  *
  * The adapter only does what needs Bun's own objects, and passes it to the request as its
  * per-request context (toWebHandler's second argument):
- * - the client's address (`server.requestIP`), which the request pipeline puts on the request;
+ * - the client's address (`server.requestIP`), which the request pipeline puts on the request,
+ *   and the listener it came in on (src/System/Listen.ts);
  * - the trace sampling decision (it must be known before the server span would start): an
  *   unsampled request runs with `References.TracerEnabled` false and
  *   `HttpMiddleware.TracerDisabledWhen` true, so it makes no server span and no span below it;
- * - a chunked JSON body is read here, counted while it streams and refused the moment it
- *   passes the limit (its size is unknown until then, and Effect would buffer it whole);
- * - a client that hangs up interrupts its request DB_CANCEL_GRACE later (withHangUpGrace).
+ * - a client that hangs up interrupts its request DB_CANCEL_GRACE later (withHangUpGrace), except
+ *   on a route whose handler streams its body (`StreamedBody`, src/RouteTraits.ts).
  * Everything else (request id, admission, limits, envelope, access log, metrics) is the
- * pipeline's (src/System/Pipeline.ts), a global middleware of the router.
+ * pipeline's (src/System/Pipeline.ts), a global middleware of the router; a body is bounded by
+ * Effect itself once the route is known (src/System/Routes.ts).
  */
 import { Config, Context, Duration, Effect, Layer, Option, Result, type Scope } from "effect"
 import { HttpEffect, HttpServer, type HttpServerRequest } from "effect/http"
 import * as NetAddress from "effect/net/NetAddress"
 import { NodeHttpServer } from "@effect/platform-node"
 import { ProcessesConfig, ServerConfig } from "../Config.js"
-import { Sampling } from "../Observability/Sampling.js"
 import { pathOnly } from "../Observability/Routes.js"
+import { Sampling } from "../Observability/Sampling.js"
 import { UnavailableRetryAfter, webEnvelope } from "./Envelope.js"
-import { ServerStartFailed } from "./Listen.js"
+import { ListenerRole, ServerStartFailed } from "./Listen.js"
+import { traitsBeforeRouting } from "./Routes.js"
 import { ShutdownGate } from "./Shutdown.js"
 
 export { ServerStartFailed } from "./Listen.js"
@@ -31,57 +34,27 @@ export { ServerStartFailed } from "./Listen.js"
 /** The client's address as Bun saw the connection (127.0.0.2 from a client bound there). */
 export const ClientAddress = Context.Reference<string>("hookline/ClientAddress", { defaultValue: () => "unknown" })
 
-/** Why the adapter did not hand a request's body on: too large, or it broke off mid-way. */
-export const BodyRefusal = Context.Reference<"too large" | "broken" | null>("hookline/BodyRefusal", {
-  defaultValue: () => null
-})
-
-/** Routes whose bodies are streamed and bounded by their own limits, not the JSON limit. */
-export const streamedBodyRoutes = [/^\/uploads\//, /^\/admin\/catalog\/hooks\/?$/]
-
 /** The answer while the port is held but the app is not served: before the database is open, and while stopping. */
 const notServing = (retryAfter: string) =>
   webEnvelope("ServiceUnavailable", "Hookline is starting or stopping; retry in a moment.", { "retry-after": retryAfter })
 
-export interface ServeOptions {
+export interface ListenOptions {
   readonly port: number
   readonly hostname: string
-  /** Bun's own cap on any body: above the largest upload; each route enforces its own limit. */
-  readonly maxRequestBodySize: number
-  readonly idleTimeout: number
   /** SO_REUSEPORT: set on the children of a supervisor (WEB_CONCURRENCY > 1), which share the port. */
   readonly reusePort?: boolean
 }
 
-/**
- * Reads a body of unknown length, counting bytes as they arrive. Returns the bytes; "too large"
- * the moment the count passes `limit` (the rest is never read: the connection is closed instead);
- * "broken" when the body ends in error (the client went away mid-body).
- */
-const readBounded = async (body: ReadableStream<Uint8Array>, limit: number): Promise<Uint8Array<ArrayBuffer> | "too large" | "broken"> => {
-  const reader = body.getReader()
-  const chunks: Array<Uint8Array> = []
-  let size = 0
-  for (;;) {
-    // A body that breaks off (the client went away mid-chunk) is answered, not thrown.
-    const read = await reader.read().catch(() => null)
-    if (read === null) return "broken"
-    if (read.done) break
-    size += read.value.byteLength
-    if (size > limit) {
-      void reader.cancel().catch(() => {})
-      return "too large"
-    }
-    chunks.push(read.value)
-  }
-  const bytes = new Uint8Array(new ArrayBuffer(size))
-  let offset = 0
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset)
-    offset += chunk.byteLength
-  }
-  return bytes
+export interface ServeOptions extends ListenOptions {
+  /** Bun's own cap on any body: above the largest upload; each route enforces its own limit. */
+  readonly maxRequestBodySize: number
+  readonly idleTimeout: number
 }
+
+/** Another port serving the same app, stopped when its scope closes; gives the port it took. */
+export class HttpListeners extends Context.Service<HttpListeners, {
+  readonly listen: (options: ListenOptions & { readonly role: ListenerRole }) => Effect.Effect<number, ServerStartFailed, Scope.Scope>
+}>()("hookline/HttpListeners") {}
 
 type WebHandler = (request: Request, context: Context.Context<never>) => Promise<Response>
 
@@ -100,61 +73,54 @@ const withHangUpGrace = (request: Request, graceMs: number): Request => {
 
 const make = (options: ServeOptions) =>
   Effect.gen(function*() {
-    const { maxJsonBodyBytes, dbCancelGrace, shutdownFlushTimeout } = yield* ServerConfig
+    const { dbCancelGrace, shutdownFlushTimeout } = yield* ServerConfig
     const retryAfter = yield* UnavailableRetryAfter
     const graceMs = Duration.toMillis(dbCancelGrace)
     const sampling = yield* Sampling
     /** The app's handlers, once served: one for sampled requests, one with the tracer off for the rest. */
     let handlers: { readonly traced: WebHandler; readonly untraced: WebHandler } | null = null
 
-    /** A chunked body on a JSON route, read within the limit; the request as Effect will see it. */
-    const bounded = async (request: Request, context: Context.Context<never>): Promise<[Request, Context.Context<never>]> => {
-      const body = await readBounded(request.body!, maxJsonBodyBytes)
-      if (typeof body === "string") {
-        return [new Request(request.url, { method: request.method, headers: request.headers }), Context.add(context, BodyRefusal, body)]
-      }
-      return [new Request(request.url, { method: request.method, headers: request.headers, body, signal: request.signal }), context]
-    }
-
-    const server = yield* Effect.try({
-      try: () =>
-        Bun.serve({
-          port: options.port,
-          hostname: options.hostname,
-          maxRequestBodySize: options.maxRequestBodySize,
-          idleTimeout: options.idleTimeout,
-          reusePort: options.reusePort ?? false,
-          fetch: async (request, bun) => {
-            if (handlers === null) return notServing(retryAfter)
-            const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
-            const handler = sampling.sampled(path, request.headers.get("traceparent")) ? handlers.traced : handlers.untraced
-            const context = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
-            // A streamed upload or import keeps its own request: cutting its body off must reach the socket.
-            const streamed = streamedBodyRoutes.some((route) => route.test(path))
-            if (!streamed && request.body !== null && request.headers.get("content-length") === null) {
-              const [forwarded, withRefusal] = await bounded(request, context)
-              return handler(withHangUpGrace(forwarded, graceMs), withRefusal)
-            }
-            return handler(streamed ? request : withHangUpGrace(request, graceMs), context)
-          }
+    /** A Bun server on `listen.port` handing its requests to the app, stopped with the scope. */
+    const open = (listen: ListenOptions, role: ListenerRole) =>
+      Effect.acquireRelease(
+        Effect.try({
+          try: () =>
+            Bun.serve({
+              port: listen.port,
+              hostname: listen.hostname,
+              maxRequestBodySize: options.maxRequestBodySize,
+              idleTimeout: options.idleTimeout,
+              reusePort: listen.reusePort ?? false,
+              fetch: (request, bun) => {
+                if (handlers === null) return notServing(retryAfter)
+                const path = pathOnly(request.url.slice(request.url.indexOf("/", request.url.indexOf("//") + 2)))
+                const traits = traitsBeforeRouting(request.method, path)
+                const traced = !traits.untraced && sampling.sampled(request.headers.get("traceparent"))
+                const address = Context.make(ClientAddress, bun.requestIP(request)?.address ?? "unknown")
+                const context = role === "api" ? address : Context.add(address, ListenerRole, role)
+                // A streamed upload or import keeps its own request: cutting its body off must reach the socket.
+                const forwarded = traits.streamedBody ? request : withHangUpGrace(request, graceMs)
+                return (traced ? handlers.traced : handlers.untraced)(forwarded, context)
+              }
+            }),
+          catch: (cause) => new ServerStartFailed({ port: listen.port, cause })
         }),
-      catch: (cause) => new ServerStartFailed({ port: options.port, cause })
-    })
-    // Stops listening, then waits for the answers already handed to Bun to be written (a process
-    // that exits first resets those connections), for at most SHUTDOWN_FLUSH_TIMEOUT.
-    yield* Effect.addFinalizer(() =>
-      Effect.promise(() => server.stop()).pipe(
-        Effect.timeoutOrElse({ duration: shutdownFlushTimeout, orElse: () => Effect.promise(() => server.stop(true)) })
+        // Stops listening, then waits for the answers already handed to Bun to be written (a process
+        // that exits first resets those connections), for at most SHUTDOWN_FLUSH_TIMEOUT.
+        (server) =>
+          Effect.promise(() => server.stop()).pipe(
+            Effect.timeoutOrElse({ duration: shutdownFlushTimeout, orElse: () => Effect.promise(() => server.stop(true)) })
+          )
       )
-    )
 
+    const server = yield* open(options, "api")
     const port = server.port ?? options.port
     // A host name (not an address) is reported as the unspecified address it listens on.
     const address = Result.getOrElse(
       NetAddress.inetAddressFromIpString(server.hostname ?? options.hostname, port),
       () => Result.getOrThrow(NetAddress.inetAddressFromIpString("0.0.0.0", port))
     )
-    return HttpServer.make({
+    const httpServer = HttpServer.make({
       address,
       serve: (httpEffect, middleware) =>
         Effect.gen(function*() {
@@ -167,14 +133,19 @@ const make = (options: ServeOptions) =>
           yield* Effect.addFinalizer(() => Effect.sync(() => (handlers = null)))
         })
     })
+    const listeners = HttpListeners.of({
+      listen: ({ role, ...listen }) => Effect.map(open(listen, role), (extra) => extra.port ?? listen.port)
+    })
+    return Context.make(HttpServer.HttpServer, httpServer).pipe(Context.add(HttpListeners, listeners))
   })
 
 /**
- * The server layer: HttpServer (serving whatever app HttpRouter.serve hands it), the
- * platform services handlers use, and the admission gate the shutdown drain closes.
+ * The server layer: HttpServer (serving whatever app HttpRouter.serve hands it), HttpListeners (the
+ * same app on another port), the platform services handlers use, and the admission gate the
+ * shutdown drain closes.
  */
 export const layer = (options: ServeOptions) =>
-  Layer.effect(HttpServer.HttpServer, make(options)).pipe(
+  Layer.effectContext(make(options)).pipe(
     Layer.provideMerge(Layer.merge(ShutdownGate.layer, Sampling.layer)),
     Layer.merge(NodeHttpServer.layerHttpServices)
   )
