@@ -1,7 +1,8 @@
 /**
  * The Ledger's contract, on both repositories: one list of cases, each run by the Ledger service
- * over the PostgreSQL LedgerRepo (a database of this file's own) and over the in-memory twin
- * (src/Ledger/RepoMemory.ts), with TestClock as the clock of both, and the same assertions.
+ * over the PostgreSQL LedgerRepo (a database of this file's own, and the embedded PGlite of a
+ * temporary data directory, both migrated) and over the in-memory twin (src/Ledger/RepoMemory.ts),
+ * with TestClock as the clock of all, and the same assertions.
  * Monthly credits are spent first, a refund goes back top-up first, a period that ended rolls
  * over before anything is read or taken, monthly credits held across a rollover expire, and holds
  * left pending past their timeout are voided by the sweep. After every case each account's
@@ -45,6 +46,14 @@ type Services = Ledger | AccountsRepo | Journal
 const start = Date.UTC(2026, 0, 15, 12)
 
 const postgres = fileDatabase(Layer.mergeAll(AccountsRepo.layer, LedgerRepo.layer))
+const embedded = fileDatabase(Layer.mergeAll(AccountsRepo.layer, LedgerRepo.layer), { embedded: true })
+
+/** Runs `body` on a SQL database's runtime: the Ledger built on its repository, its journal read by SQL. */
+const onSql = (database: typeof postgres) => <A, E>(body: Effect.Effect<A, E, Services>) =>
+  database.run(Effect.exit(withClock(body).pipe(
+    Effect.provide(Layer.mergeAll(Layer.orDie(Ledger.layerWithoutDependencies), postgresJournal)),
+    Effect.provide(Layer.succeed(References.MinimumLogLevel, "Error"))
+  )))
 
 const postgresJournal = Layer.effect(
   Journal,
@@ -65,14 +74,8 @@ const backends: ReadonlyArray<{
   readonly name: string
   readonly run: <A, E>(body: Effect.Effect<A, E, Services>) => Promise<Exit.Exit<A, E>>
 }> = [
-  {
-    name: "PostgreSQL",
-    run: (body) =>
-      postgres.run(Effect.exit(withClock(body).pipe(
-        Effect.provide(Layer.mergeAll(Layer.orDie(Ledger.layerWithoutDependencies), postgresJournal)),
-        Effect.provide(Layer.succeed(References.MinimumLogLevel, "Error"))
-      )))
-  },
+  { name: "PostgreSQL", run: onSql(postgres) },
+  { name: "embedded PostgreSQL (PGlite)", run: onSql(embedded) },
   {
     name: "memory",
     run: (body) => {
@@ -585,7 +588,7 @@ for (const backend of backends) {
           expect(outcome.audited.wallet.topup).toBe(outcome.expected.grants.reduce((total, grant) => total + Number(grant[1]), 0))
           expectBalanced(outcome.audited)
         }),
-        { numRuns: backend.name === "memory" ? 150 : 25 }
+        { numRuns: backend.name === "memory" ? 150 : backend.name === "PostgreSQL" ? 25 : 10 }
       )
     }, 240_000)
   })

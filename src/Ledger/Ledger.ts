@@ -21,6 +21,7 @@ import {
   maxBalance,
   type Resolution,
   type ReserveOptions,
+  type TopupGrant,
   type WalletState
 } from "./Domain.js"
 import { grantOperations } from "./LedgerGrants.js"
@@ -201,7 +202,7 @@ const resolveOperations = (repo: LedgerRepo["Service"]) => {
   return { settle, refund, voidExpiredHolds }
 }
 
-const make = Effect.gen(function*() {
+const make: Effect.Effect<LedgerService, Config.ConfigError, LedgerRepo> = Effect.gen(function*() {
   const repo = yield* LedgerRepo
   const config = yield* LedgerConfig
   const periods = periodOperations(repo)
@@ -214,7 +215,39 @@ const make = Effect.gen(function*() {
   } as const
 })
 
-export class Ledger extends Context.Service<Ledger, Effect.Success<typeof make>>()("hookline/Ledger") {
+/** What the Ledger offers: the only moves of credits, and the reads that apply what is due first. */
+export interface LedgerService {
+  /** Monthly periods that ended, for every wallet (null) or one; how many rolled over. */
+  readonly rollover: (accountId: string | null) => Effect.Effect<number>
+  /** The wallet, after any rollover and top-up grant expiry that is due. */
+  readonly wallet: (accountId: string) => Effect.Effect<WalletState>
+  /** A plan change: a new monthly period from now with `monthlyGrant`. */
+  readonly startNewPeriod: (accountId: string, monthlyGrant: number) => Effect.Effect<void>
+  /** Takes `amount` into a pending hold: monthly first, then top-up grants soonest-expiring first. */
+  readonly reserve: (accountId: string, amount: number, options: ReserveOptions) => Effect.Effect<Hold, InsufficientCredits | SpendLimitReached>
+  /** Takes a fixed `amount` at once, with no hold. */
+  readonly charge: (accountId: string, amount: number, options: ReserveOptions) => Effect.Effect<Balances, InsufficientCredits | SpendLimitReached>
+  /** Posts `amount` (≤ reserved) and releases the rest; None when the hold was not pending. */
+  readonly settle: (holdId: string, amount: number) => Effect.Effect<Option.Option<Resolution>>
+  /** Releases all of a pending hold; None when it was not pending. */
+  readonly refund: (holdId: string) => Effect.Effect<Option.Option<Resolution>>
+  /** Voids holds left pending past HOLD_TIMEOUT; how many. */
+  readonly voidExpiredHolds: Effect.Effect<number>
+  /** An admin or billing grant to one bucket (a top-up grant may expire); answers the wallet. */
+  readonly grant: (accountId: string, bucket: Bucket, amount: number, details: GrantDetails) => Effect.Effect<WalletState, ValidationFailed>
+  /** Opens a new account's wallet with its starting balances. */
+  readonly openWallet: (
+    accountId: string,
+    opening: { readonly monthlyGrant: number; readonly monthlyBalance: number; readonly topupBalance: number }
+  ) => Effect.Effect<void, ValidationFailed>
+  /** Expires the top-up grants that are due (a batch of wallets); how many expired. */
+  readonly expireDueGrants: Effect.Effect<number>
+  /** Up to `limit` live top-up grants in spending order; `more`: there are others. */
+  readonly topupGrants: (accountId: string, limit: number) => Effect.Effect<{ readonly grants: ReadonlyArray<TopupGrant>; readonly more: boolean }>
+  readonly config: LedgerSettings
+}
+
+export class Ledger extends Context.Service<Ledger, LedgerService>()("hookline/Ledger") {
   /** Takes its LedgerRepo from the caller (the in-memory one, RepoMemory.ts, in a test). */
   static readonly layerWithoutDependencies = Layer.effect(Ledger, make)
   static readonly layer = Ledger.layerWithoutDependencies.pipe(Layer.provide(LedgerRepo.layer))
