@@ -195,8 +195,6 @@ const make = Effect.gen(function*() {
   const repo = yield* CatalogRepo
   const config = yield* CatalogConfig
   const { cursorSecret } = yield* Secrets
-  /** Whether a normalised query has a searchable word; it depends on the query alone, so it is kept. */
-  const hasSearchableWord = yield* cachedLookup(config.cacheEntries, repo.hasSearchableWord)
 
   const categories = Effect.map(repo.categories, (data) => ({
     object: "list" as const,
@@ -207,16 +205,16 @@ const make = Effect.gen(function*() {
 
   const putCategories = (input: ReadonlyArray<HookCategory>) => Effect.andThen(repo.replaceCategories(input), categories)
 
-  /** One page of search results: ranked full-text matches, or the substring fallback for a query with no searchable word. */
+  /**
+   * One page of search results: ranked full-text matches, or the substring fallback for a query
+   * with no searchable word (the repository's page decides, in the same statement).
+   */
   const search = yield* firstPagesCached(repo.catalogVersion, config.cacheEntries, (normalised, after: Option.Option<SearchPosition>) =>
-    Effect.flatMap(hasSearchableWord(normalised), (searchable) => {
-      const request = {
-        query: normalised,
-        after: Option.getOrElse(after, () => [null, null, null] as const),
-        rows: pageSize + 1,
-        walkWindow: config.searchWalkWindow
-      }
-      return searchable ? repo.searchPage(request) : repo.substringPage(request)
+    repo.searchPage({
+      query: normalised,
+      after: Option.getOrElse(after, () => [null, null, null] as const),
+      rows: pageSize + 1,
+      walkWindow: config.searchWalkWindow
     }).pipe(Effect.map((rows) => toPage(rows, (row): SearchPosition => [row.k1, row.k2, row.id]))))
 
   /** One page of a category's hooks, newest first. */
