@@ -26,6 +26,12 @@ export const ServerConfig = Config.all({
    * so no request can hold a connection longer; migrations and the admin import lift it.
    */
   dbStatementTimeout: Config.Duration("DB_STATEMENT_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  /**
+   * PostgreSQL ends a session of the server's that sits inside a transaction without sending a
+   * statement this long (0: never): a transaction left open by a connection the server lost then
+   * releases its locks (a wallet's, an Idempotency-Key's). The admin import lifts it.
+   */
+  dbIdleInTransactionTimeout: Config.Duration("DB_IDLE_IN_TRANSACTION_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30))),
   /** Hot statements kept prepared on each connection (off behind a pooler that cannot carry them). */
   dbPreparedStatements: Config.Boolean("DB_PREPARED_STATEMENTS").pipe(Config.withDefault(true)),
   /**

@@ -93,8 +93,11 @@ const networkClients = (url: Redacted.Redacted, config: ServerConfig) =>
       maxConnections: config.pgMaxConnections,
       idleTimeout: idleTimeoutOf(config.pgIdleTimeout),
       multiplex: config.dbPipeline,
-      // A startup parameter: every session starts with it, no extra round trip.
-      startupParameters: { statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))) }
+      // Startup parameters: every session starts with them, no extra round trip.
+      startupParameters: {
+        statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))),
+        idle_in_transaction_session_timeout: String(Math.round(Duration.toMillis(config.dbIdleInTransactionTimeout)))
+      }
     })
     const listeners = yield* PgClient.make({ ...networkOptions(url, config, types), maxConnections: maxListeners, idleTimeout: Duration.infinity })
     return { client, listeners }
@@ -146,10 +149,14 @@ const migrate = (client: PgClient.PgClient) =>
   Migrator.make({})({ loader: migrationFiles }).pipe(Effect.provideService(SqlClient.SqlClient, client))
 
 /**
- * Lifts DB_STATEMENT_TIMEOUT for the rest of the current transaction: for work that is long by
- * nature and not a tenant's to trigger (the admin import).
+ * Lifts DB_STATEMENT_TIMEOUT and DB_IDLE_IN_TRANSACTION_TIMEOUT for the rest of the current
+ * transaction: for work that is long by nature and not a tenant's to trigger (the admin import,
+ * whose transaction also waits for its upload's next bytes).
  */
-export const withoutStatementTimeout = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SET LOCAL statement_timeout = 0`)
+export const withoutSessionTimeouts = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) => sql`SELECT set_config('statement_timeout', '0', true), set_config('idle_in_transaction_session_timeout', '0', true)`
+)
 
 /** The highest migration applied to the database (0 before any): /readyz compares it with the build's. */
 export const appliedMigration = Effect.flatMap(

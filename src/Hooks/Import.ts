@@ -12,7 +12,7 @@ import { HttpServerRequest } from "effect/http"
 import { SqlClient } from "effect/sql"
 import type { ImportResult } from "./Api.js"
 import { PayloadTooLarge, ValidationFailed } from "../Errors.js"
-import { orDieOnDb, withoutStatementTimeout } from "../Sql.js"
+import { orDieOnDb, withoutSessionTimeouts } from "../Sql.js"
 import { CatalogImport } from "./CatalogImport.js"
 import { type HookRecord, validateHookRecord } from "./HookRecord.js"
 import { type ImportFormat, isSpace, NotAHookArray, type Piece, splitterFor } from "./ImportSplitters.js"
@@ -139,8 +139,9 @@ export const importHooks = <E, R>(input: Stream.Stream<Uint8Array, E, R>, option
       })
 
     yield* Effect.gen(function*() {
-      // One import may take minutes at scale: it is an admin's, not bounded like a tenant's query.
-      yield* withoutStatementTimeout
+      // One import may take minutes at scale, and waits for its upload's bytes inside its transaction:
+      // it is an admin's, not bounded like a tenant's query.
+      yield* withoutSessionTimeouts
       yield* catalog.createStaging()
       yield* Stream.runForEach(input, (chunk) =>
         Effect.gen(function*() {
