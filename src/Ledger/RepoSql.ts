@@ -76,12 +76,15 @@ const keyBudgetCte = (sql: SqlClient.SqlClient, keyId: string | null, at: Statem
       )`
 
 /**
- * Takes `amount` from the wallet: monthly first, then top-up. The wallet row is locked and
- * re-read, updated only when the total covers the amount, the period has not ended and the
+ * Takes `amount` from the wallet: monthly first, then top-up, whose part hookline_take_topup
+ * takes from the grants (soonest-expiring first) after the wallet's lock, the hold remembering
+ * which. The wallet row is locked and re-read, updated only when the total covers the amount, the
+ * period has not ended, no top-up grant is due to expire, and the
  * key's spend in its period stays within its limit (the key row is locked and counted in the
  * same statement; `over_limit` says it was the limit that refused), and its
  * journal rows (and, with `hold`, the pending hold, which remembers the period it was opened in)
- * are written alongside. No row: no wallet. `rollover_due`: nothing changed, roll over first.
+ * are written alongside. No row: no wallet. `rollover_due` / `expiry_due`: nothing changed, roll
+ * over or expire the due grants first.
  * Balances null: the wallet is short, nothing changed. Without a hold the journal rows are
  * `reserve` rows with no hold, final as they stand (a charge taken at once).
  */
