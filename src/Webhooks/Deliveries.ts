@@ -10,7 +10,7 @@
 import { Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { Secrets } from "../Config.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
-import { NotFound, ValidationFailed } from "../Errors.js"
+import { type InvalidCursor, NotFound, ValidationFailed } from "../Errors.js"
 import { idPattern } from "../Ids.js"
 import { tracedFn } from "../Observability/Tracing.js"
 import { currentDate } from "../Repository.js"
@@ -73,6 +73,19 @@ const recoverSince = (repo: WebhooksRepo["Service"], mode: DatabaseMode["Service
       last_attempt_at: toNullableTimestamp(recovered.last_attempt_at)
     } satisfies WebhookRecovery
   }))
+}
+
+/** An account's webhook deliveries as the API shows them, and the retention sweep. */
+export interface WebhookDeliveriesService {
+  /** A page of the account's deliveries, newest first, by status when asked. */
+  readonly list: (accountId: string, params: DeliveryParams) => Effect.Effect<WebhookDeliveryList, InvalidCursor>
+  readonly get: (accountId: string, id: string) => Effect.Effect<WebhookDelivery, NotFound>
+  /** Sends a failed or pending delivery again now; a delivered one, or one to a disabled webhook, is refused. */
+  readonly retry: (accountId: string, id: string) => Effect.Effect<WebhookDelivery, NotFound | ValidationFailed>
+  /** Queues again the deliveries that failed since `since` (within the retention). */
+  readonly recover: (accountId: string, since: Date) => Effect.Effect<WebhookRecovery, ValidationFailed>
+  /** Deletes finished deliveries past the retention, in batches; how many. */
+  readonly sweep: Effect.Effect<number>
 }
 
 const make = Effect.gen(function*() {
@@ -147,10 +160,10 @@ const make = Effect.gen(function*() {
     }
   })
 
-  return { list, get, retry, recover, sweep, config } as const
+  return WebhookDeliveries.of({ list, get, retry, recover, sweep })
 })
 
-export class WebhookDeliveries extends Context.Service<WebhookDeliveries, Effect.Success<typeof make>>()(
+export class WebhookDeliveries extends Context.Service<WebhookDeliveries, WebhookDeliveriesService>()(
   "hookline/WebhookDeliveries"
 ) {
   static readonly layer = Layer.effect(WebhookDeliveries, make).pipe(Layer.provide([Secrets.layer, WebhooksRepo.layer]))
@@ -160,11 +173,12 @@ export class WebhookDeliveries extends Context.Service<WebhookDeliveries, Effect
 export const DeliverySweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const deliveries = yield* WebhookDeliveries
+    const { sweepInterval } = yield* WebhookConfig
     yield* deliveries.sweep.pipe(
       Effect.tap((swept) => (swept > 0 ? Effect.logInfo("swept webhook deliveries").pipe(Effect.annotateLogs({ swept })) : Effect.void)),
       Effect.catchCause(logBackgroundFailure("webhook delivery sweep failed")),
       Effect.withSpan("WebhookDeliveries.sweep"),
-      Effect.repeat(Schedule.spaced(deliveries.config.sweepInterval)),
+      Effect.repeat(Schedule.spaced(sweepInterval)),
       Effect.forkScoped
     )
   })
