@@ -5,11 +5,13 @@
  * much time has passed, and not a millisecond before. Nothing sleeps.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Effect, Layer, ManagedRuntime, Option, References } from "effect"
+import { ConfigProvider, Effect, Exit, Layer, ManagedRuntime, Option, References } from "effect"
 import { TestClock } from "effect/testing"
 import { randomBytes } from "node:crypto"
 import type Pg from "pg"
 import { Auth, type KeyOwner } from "../src/Auth/Auth.js"
+import { KeysRepo } from "../src/Auth/Repo.js"
+import { makeKeysRepoInMemory } from "../src/Auth/RepoMemory.js"
 import { newId } from "../src/Ids.js"
 import { SqlLive } from "../src/Sql.js"
 import { createDatabase, dropDatabase, testPool } from "./support/server.js"
@@ -104,5 +106,32 @@ describe("the API-key cache, on TestClock", () => {
     expect(seen.before).toEqual(Option.none())
     expect(seen.lastCachedMoment).toEqual(Option.none())
     expect(ownerOf(seen.afterTtl)).toMatchObject({ accountId, scopes: ["hooks:read"] })
+  })
+})
+
+describe("the API-key cache, when a lookup fails", () => {
+  test("a lookup that dies is not remembered: the next request asks again and finds the key", async () => {
+    const accounts = new Map([["acct_cache", { plan: "pro" as const, suspended: false }]])
+    const memory = makeKeysRepoInMemory({ accounts })
+    let failuresLeft = 1
+    const flaky = Layer.effect(
+      KeysRepo,
+      Effect.gen(function*() {
+        const repo = yield* KeysRepo
+        return KeysRepo.of({
+          ...repo,
+          findLiveKeyByHash: (hash) => (failuresLeft-- > 0 ? Effect.die(new Error("the database went away")) : repo.findLiveKeyByHash(hash))
+        })
+      })
+    ).pipe(Layer.provide(memory.layer))
+    const found = await Effect.runPromise(Effect.gen(function*() {
+      const auth = yield* Auth
+      const created = yield* auth.createKey("acct_cache", undefined)
+      const first = yield* Effect.exit(auth.findKey(created.api_key))
+      const second = yield* auth.findKey(created.api_key)
+      return { first, second, keyId: created.id }
+    }).pipe(Effect.provide(Auth.layerWithoutDependencies.pipe(Layer.provide(flaky))), Effect.provide(TestClock.layer())))
+    expect(Exit.isFailure(found.first)).toBe(true)
+    expect(ownerOf(found.second)).toMatchObject({ keyId: found.keyId, accountId: "acct_cache" })
   })
 })
