@@ -1,35 +1,46 @@
 /**
- * Reading the on-screen hook: what it costs and how well it reads. Run alone:
- * `npx bun bench/hook-reading.ts [--clips 60]` (needs the benchmark's Postgres for the accuracy part).
+ * Reading the on-screen hook: what it costs and how well it reads. A section of `npm run bench`
+ * (`-- --only hook-reading`: the held-out clips), or alone:
+ * `npx bun bench/hook-reading.ts [--cpu] [--styles] [--held-out] [--quick] [--root DIR]` (all three
+ * parts without a flag; the held-out part needs the benchmark's Postgres).
  *
  * - "scorer CPU": a 15 s 1080x1920 H.264 clip (moving test footage, a burned-in two-line caption).
  *   Decode floor: ffmpeg decoding the 10 s opening and nothing else. Before: the previous analysis
  *   graph (bicubic scale to 360 lines, RGB, scene score, back to YUV, signalstats; full decoding).
  *   After: the scorer as it runs now (ffprobe + the one ffmpeg pass, its child CPU) and the text
  *   reading (this process's CPU, the OCR worker thread included). Then clips/s with 4 clients.
- * - "caption styles": word accuracy per caption style (test/support/captionStyles.ts: white with and
- *   without an outline, dark on a light box, yellow, red, green, blue and pink with an outline),
- *   12 clips a style (`--per-style N`), each a hook line not in the demo catalog, alternately over
- *   still and moving footage and on one line or two; scored by the scorer itself (no server).
- * - "accuracy": clips the served catalog has not seen (demo hooks past the served 2,000, whose text
- *   is not among them), in two fonts, three sizes, four positions, flat or moving backgrounds,
- *   scored through the API of a server holding the demo catalog. Word accuracy of hook_text is
- *   1 - word error rate against the caption; category top-1 against the hook's own category.
+ * - "caption styles": word accuracy per caption style on the suite's own lines
+ *   (test/support/captionStyles.ts), 12 clips a style (`--per-style N`), scored by the scorer
+ *   itself (no server).
+ * - "held-out": the clips of bench/support/heldOutClips.ts (15 a style over 8 styles and 12 with
+ *   no caption; `--quick`: 3 and 3), lines the suite never reads, scored through the API of a
+ *   server holding the 2,000-hook demo catalog. Word accuracy is 1 - word error rate of hook_text
+ *   against the caption, per style; category top-1 against the line's category; and how many
+ *   clips without a caption read as null. `--root DIR` scores them with another checkout's server
+ *   (its node_modules installed): a before/after on the same clips.
  */
-import { Effect } from "effect"
+import { ConfigProvider, Effect, Layer, ManagedRuntime } from "effect"
 import { readFileSync } from "node:fs"
-import { join } from "node:path"
+import { join, resolve } from "node:path"
 import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
-import { demoHook } from "../src/Hooks/DemoData.js"
 import { wordsOf } from "../src/Predictions/HookText.js"
 import { ClipScorer } from "../src/Predictions/Scorer.js"
 import { captionClipDir, ffmpegPath, makeCaptionClip } from "../test/support/captionClips.js"
 import { type CaptionStyleName, captionStyles, heldOutLines, styledClip, wordAccuracy } from "../test/support/captionStyles.js"
-import { createAccounts, freshDatabase, startHookline } from "./support/processes.js"
+import { type HeldOutClip, heldOutClipFile, heldOutClips } from "./support/heldOutClips.js"
+import { createAccounts, freshDatabase, type HooklineServer, repositoryRoot, startHookline } from "./support/processes.js"
+import type { BenchOptions, ScenarioResult, SideResult } from "./support/report.js"
 
 const servedHooks = 2_000
-const clipsArgument = process.argv.indexOf("--clips")
-const clipCount = clipsArgument === -1 ? 60 : Number(process.argv[clipsArgument + 1])
+
+/**
+ * The scorer in this process, its OCR worker kept for the run (a layer provided to each call would
+ * stop the worker after it). What is measured is the reading, not its time cap: on a loaded machine
+ * the default 3 s cap would stop the worker and count a fresh worker's start on every clip.
+ */
+const scorerRuntime = ManagedRuntime.make(
+  ClipScorer.layer.pipe(Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { SCORER_TEXT_TIMEOUT: "60 seconds" } }))))
+)
 
 /** CPU milliseconds of a finished child process. */
 const childCpuMs = async (args: ReadonlyArray<string>) => {
@@ -66,21 +77,21 @@ const cpuRows = async (dir: string) => {
     decode.push(await childCpuMs(["-v", "error", ...window, "-f", "null", "-"]))
     before.push(await childCpuMs(["-v", "error", ...window, "-filter_complex", oldGraph, "-map", "[v]", "-f", "null", "-"]))
   }
-  const scorer = await Effect.runPromise(Effect.service(ClipScorer).pipe(Effect.provide(ClipScorer.layer)))
-  await Effect.runPromise(scorer.score({ path: clip })) // starts the OCR worker
+  const scorer = await scorerRuntime.runPromise(Effect.service(ClipScorer))
+  await scorerRuntime.runPromise(scorer.score({ path: clip })) // starts the OCR worker
   const analysis: Array<number> = []
   const ocr: Array<number> = []
   let read: string | null = null
   for (let i = 0; i < 3; i++) {
     const [children, own] = [reapedChildrenCpuMs(), ownCpuMs()]
-    const score = await Effect.runPromise(scorer.score({ path: clip }))
+    const score = await scorerRuntime.runPromise(scorer.score({ path: clip }))
     analysis.push(reapedChildrenCpuMs() - children)
     ocr.push(ownCpuMs() - own)
     read = score.hook?.text ?? null
   }
   const started = performance.now()
   await Promise.all(Array.from({ length: 4 }, async () => {
-    for (let i = 0; i < 3; i++) await Effect.runPromise(scorer.score({ path: clip }))
+    for (let i = 0; i < 3; i++) await scorerRuntime.runPromise(scorer.score({ path: clip }))
   }))
   const clipsPerSecond = 12 / ((performance.now() - started) / 1000)
   const [floor, after, text] = [median(decode), median(analysis), median(ocr)]
@@ -97,93 +108,154 @@ const cpuRows = async (dir: string) => {
   }
 }
 
-/** Demo hooks the served catalog does not hold, text stripped to what the fonts draw. */
-const heldOutHooks = (count: number) => {
-  const served = new Set(Array.from({ length: servedHooks }, (_, i) => demoHook(i).text))
-  const hooks: Array<{ text: string; category: string }> = []
-  for (let index = 1_000_000; hooks.length < count; index++) {
-    const hook = demoHook(index)
-    if (hook.category === null || served.has(hook.text)) continue
-    hooks.push({ text: hook.text.replace(/[^\x20-\x7e]/g, "").trim(), category: hook.category })
-  }
-  return hooks
+/** What one held-out clip gave: its hook_text and category through the API, and how long it took. */
+interface HeldOutResult {
+  readonly clip: HeldOutClip
+  readonly read: string | null
+  readonly category: string | null
+  readonly ms: number
 }
 
-/** Lines of at most `width` characters. */
-const wrap = (text: string, width: number) =>
-  text.split(" ").reduce<Array<string>>((lines, word) => {
-    const last = lines[lines.length - 1]
-    if (last !== undefined && last.length + 1 + word.length <= width) lines[lines.length - 1] = `${last} ${word}`
-    else lines.push(word)
-    return lines
-  }, []).join("\n")
+/** Scores `path` through the API: upload link, PUT, polled until finished. */
+const scoreThroughApi = async (server: HooklineServer, key: string, path: string) => {
+  const headers = { authorization: `Bearer ${key}` }
+  const link = await (await fetch(`${server.url}/v1/predict/upload`, { method: "POST", headers })).json() as {
+    upload_url: string
+    prediction_id: string
+  }
+  await (await fetch(link.upload_url, { method: "PUT", body: Bun.file(path) })).arrayBuffer()
+  const deadline = Date.now() + 180_000
+  for (;;) {
+    const body = await (await fetch(`${server.url}/v1/predict/${link.prediction_id}`, { headers })).json() as {
+      status: string
+      result: { hook_text: string | null; category: { slug: string } | null } | null
+    }
+    if (body.status === "succeeded" || body.status === "failed") return body.result
+    if (Date.now() > deadline) throw new Error(`prediction ${link.prediction_id} did not finish`)
+    await Bun.sleep(50)
+  }
+}
 
-const accuracyRows = async (dir: string) => {
+/**
+ * The held-out clips (bench/support/heldOutClips.ts) scored through the API of a server holding
+ * the 2,000-hook demo catalog, two clips in flight (one per worker). `root`: the checkout whose
+ * server scores them (another commit's, for a before/after on the same clips).
+ */
+const scoreHeldOut = async (clips: ReadonlyArray<HeldOutClip>, root: string) => {
+  const paths: Array<string> = []
+  for (let i = 0; i < clips.length; i += 2) {
+    paths.push(...await Promise.all(clips.slice(i, i + 2).map(heldOutClipFile)))
+  }
   const databaseUrl = await freshDatabase("hookline_bench_hooks")
-  const server = await startHookline(databaseUrl, { WORKER_CONCURRENCY: "2" })
+  // Reading is measured here, not the time cap: a loaded machine must not turn a reading into null.
+  const server = await startHookline(databaseUrl, { WORKER_CONCURRENCY: "2", SCORER_TEXT_TIMEOUT: "30 seconds" }, join(root, "src/main.ts"))
   try {
     await seedDemoDatabase(databaseUrl, servedHooks)
     const [account] = await createAccounts(server, 1)
-    const hooks = heldOutHooks(clipCount)
-    const sizes = [30, 34, 38]
-    const tops = [0.15, 0.3, 0.5, 0.65]
-    const colours = ["0x2f4858", "0x7a3b2e", "0x1d1d1d", "0x4f6d3a", "0x8a8a8a"]
-    const outcomes = await Promise.all(hooks.map(async (hook, i) => {
-      const fontSize = sizes[i % sizes.length]
-      const moving = i % 2 === 1
-      const path = await makeCaptionClip(join(dir, `held-${i}.mp4`), {
-        captions: [{ text: wrap(hook.text, Math.floor(540 * 0.9 / (fontSize * 0.68))) }],
-        font: i % 4 < 2 ? "sans" : "serif",
-        fontSize,
-        top: tops[i % tops.length],
-        background: moving ? "moving" : "still",
-        backgroundColour: colours[i % colours.length]
-      })
-      return { hook, moving, path }
+    const results: Array<HeldOutResult> = []
+    let next = 0
+    const started = performance.now()
+    await Promise.all([0, 1].map(async () => {
+      while (next < clips.length) {
+        const index = next++
+        const at = performance.now()
+        const result = await scoreThroughApi(server, account.key, paths[index])
+        results[index] = { clip: clips[index], read: result?.hook_text ?? null, category: result?.category?.slug ?? null, ms: performance.now() - at }
+      }
     }))
-    const scored = []
-    for (const outcome of outcomes) {
-      const link = await (await fetch(`${server.url}/v1/predict/upload`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${account.key}` }
-      })).json() as { upload_url: string; prediction_id: string }
-      await (await fetch(link.upload_url, { method: "PUT", body: Bun.file(outcome.path) })).arrayBuffer()
-      scored.push({ ...outcome, id: link.prediction_id })
-    }
-    const results: Array<(typeof scored)[number] & { result: { hook_text: string | null; category: { slug: string } | null } | null }> = []
-    for (const clip of scored) {
-      const deadline = Date.now() + 120_000
-      for (;;) {
-        const body = await (await fetch(`${server.url}/v1/predict/${clip.id}`, { headers: { authorization: `Bearer ${account.key}` } })).json() as {
-          status: string
-          result: { hook_text: string | null; category: { slug: string } | null } | null
-        }
-        if (body.status === "succeeded" || body.status === "failed") {
-          results.push({ ...clip, result: body.result })
-          break
-        }
-        if (Date.now() > deadline) throw new Error(`prediction ${clip.id} did not finish`)
-        await Bun.sleep(100)
-      }
-    }
-    const summary = (moving: boolean) => {
-      const group = results.filter((result) => result.moving === moving)
-      const accuracy = group.map((r) => wordAccuracy(wordsOf(r.hook.text), wordsOf(r.result?.hook_text ?? "")))
-      return {
-        clips: group.length,
-        word_accuracy: Math.round(accuracy.reduce((a, b) => a + b, 0) / group.length * 1000) / 1000,
-        category_top1: Math.round(group.filter((r) => r.result?.category?.slug === r.hook.category).length / group.length * 1000) / 1000,
-        category_null: group.filter((r) => r.result?.category === null).length
-      }
-    }
-    const misses = results
-      .filter((r) => r.result?.category?.slug !== r.hook.category)
-      .slice(0, 8)
-      .map((r) => ({ truth: r.hook.category, got: r.result?.category?.slug ?? null, read: r.result?.hook_text }))
-    return { clean: summary(false), moving: summary(true), all_category_top1: results.filter((r) => r.result?.category?.slug === r.hook.category).length / results.length, misses }
+    return { results, seconds: (performance.now() - started) / 1000 }
   } finally {
     await server.stop()
   }
+}
+
+const share = (part: number, whole: number) => (whole === 0 ? 0 : Math.round(part / whole * 1000) / 10)
+
+/** The per-style table, the no-text clips and the category, from the held-out results. */
+const heldOutSummary = (results: ReadonlyArray<HeldOutResult>) => {
+  const captioned = results.filter((r) => r.clip.truth !== null)
+  const styles = Object.keys(captionStyles) as Array<CaptionStyleName>
+  const perStyle = styles.map((style) => {
+    const group = captioned.filter((r) => r.clip.style === style)
+    const accuracy = group.map((r) => wordAccuracy(wordsOf(r.clip.truth!), wordsOf(r.read ?? "")))
+    return {
+      style,
+      clips: group.length,
+      word_accuracy_pct: share(accuracy.reduce((a, b) => a + b, 0), group.length),
+      read_nothing: group.filter((r) => r.read === null).length,
+      category_top1: group.filter((r) => r.category === r.clip.category).length
+    }
+  })
+  const noText = results.filter((r) => r.clip.truth === null)
+  const categoryHits = captioned.filter((r) => r.category === r.clip.category).length
+  const misread = captioned.filter((r) => wordAccuracy(wordsOf(r.clip.truth!), wordsOf(r.read ?? "")) < 1)
+  const categoryMisses = captioned.filter((r) => r.category !== r.clip.category)
+  return {
+    perStyle,
+    noText: { clips: noText.length, readAsNull: noText.filter((r) => r.read === null).length, read: noText.flatMap((r) => (r.read === null ? [] : [r.read])) },
+    category: { clips: captioned.length, top1: categoryHits, top1_pct: share(categoryHits, captioned.length), nulls: captioned.filter((r) => r.category === null).length },
+    misread: misread.map((r) => ({ clip: r.clip.name, truth: r.clip.truth, read: r.read })),
+    categoryMisses: categoryMisses.map((r) => ({ truth: r.clip.category, got: r.category, read: r.read }))
+  }
+}
+
+const printSummary = (summary: ReturnType<typeof heldOutSummary>, label: string) => {
+  console.log(`hook reading on held-out clips (${label}): word accuracy per caption style`)
+  console.log("| caption style | clips | word accuracy | read nothing | category top-1 |\n|---|---:|---:|---:|---:|")
+  for (const row of summary.perStyle) {
+    console.log(`| ${row.style} | ${row.clips} | ${row.word_accuracy_pct}% | ${row.read_nothing} | ${row.category_top1} of ${row.clips} |`)
+  }
+  console.log(`no text read as null: ${summary.noText.readAsNull} of ${summary.noText.clips}` +
+    (summary.noText.read.length === 0 ? "" : ` (read: ${JSON.stringify(summary.noText.read)})`))
+  console.log(`category top-1: ${summary.category.top1} of ${summary.category.clips} (${summary.category.top1_pct}%), null on ${summary.category.nulls}`)
+}
+
+/** Bench rows: one a caption style (word accuracy in the note), the no-text clips, the category. */
+const heldOutScenarios = (results: ReadonlyArray<HeldOutResult>, seconds: number, summary: ReturnType<typeof heldOutSummary>): Array<ScenarioResult> => {
+  const side = (group: ReadonlyArray<HeldOutResult>): SideResult => {
+    const latencies = group.map((r) => r.ms).sort((a, b) => a - b)
+    const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0
+    return {
+      ok: group.length, errors: 0, seconds, throughput: results.length / seconds,
+      p50Ms: at(0.5), p90Ms: at(0.9), p99Ms: at(0.99), maxMs: at(1), firstError: null
+    }
+  }
+  const operation = "held-out clip → hook_text, category"
+  return [
+    ...summary.perStyle.map((row) => ({
+      scenario: `hook reading: ${row.style}`,
+      operation,
+      unit: "clips/s",
+      hookline: side(results.filter((r) => r.clip.style === row.style)),
+      baseline: null,
+      note: `word accuracy ${row.word_accuracy_pct}% on ${row.clips} clips, ${row.read_nothing} read nothing, category top-1 ${row.category_top1} of ${row.clips}`
+    })),
+    {
+      scenario: "hook reading: no text",
+      operation,
+      unit: "clips/s",
+      hookline: side(results.filter((r) => r.clip.style === null)),
+      baseline: null,
+      note: `hook_text null on ${summary.noText.readAsNull} of ${summary.noText.clips} clips with no caption`
+    },
+    {
+      scenario: "hook reading: category",
+      operation,
+      unit: "clips/s",
+      hookline: side(results.filter((r) => r.clip.style !== null)),
+      baseline: null,
+      note: `category top-1 ${summary.category.top1} of ${summary.category.clips} (${summary.category.top1_pct}%), null on ${summary.category.nulls}`
+    }
+  ]
+}
+
+/** `npm run bench -- --only hook-reading`: the held-out clips (15 a style and 12 without text; `--quick`: 3 and 3). */
+export const runHookReadingBench = async (options: BenchOptions, root = repositoryRoot): Promise<ReadonlyArray<ScenarioResult>> => {
+  const clips = heldOutClips(options.quick ? { perStyle: 3, noText: 3 } : { perStyle: 15, noText: 12 })
+  const { results, seconds } = await scoreHeldOut(clips, root)
+  const summary = heldOutSummary(results)
+  printSummary(summary, root === repositoryRoot ? "this checkout" : root)
+  return heldOutScenarios(results, seconds, summary)
 }
 
 const perStyleArgument = process.argv.indexOf("--per-style")
@@ -191,7 +263,7 @@ const perStyle = perStyleArgument === -1 ? heldOutLines.length : Number(process.
 
 /** Word accuracy of hook_text per caption style, and how many clips read nothing. */
 const styleRows = async (dir: string) => {
-  const scorer = await Effect.runPromise(Effect.service(ClipScorer).pipe(Effect.provide(ClipScorer.layer)))
+  const scorer = await scorerRuntime.runPromise(Effect.service(ClipScorer))
   const rows: Array<{ style: string; clips: number; word_accuracy: number; nothing_read: number; cpu_ms_per_clip: number }> = []
   for (const style of Object.keys(captionStyles) as Array<CaptionStyleName>) {
     const accuracy: Array<number> = []
@@ -200,7 +272,7 @@ const styleRows = async (dir: string) => {
       const line = heldOutLines[i % heldOutLines.length]
       const path = await makeCaptionClip(join(dir, `style-${rows.length}-${i}.mp4`), styledClip(style, line, i))
       const [children, own] = [reapedChildrenCpuMs(), ownCpuMs()]
-      const score = await Effect.runPromise(scorer.score({ path }))
+      const score = await scorerRuntime.runPromise(scorer.score({ path }))
       cpuMs += reapedChildrenCpuMs() - children + ownCpuMs() - own
       accuracy.push(wordAccuracy(wordsOf(line), wordsOf(score.hook?.text ?? "")))
     }
@@ -215,13 +287,22 @@ const styleRows = async (dir: string) => {
   return rows
 }
 
-const dir = captionClipDir()
-const chosen = ["--cpu", "--styles", "--accuracy"].filter((flag) => process.argv.includes(flag))
-const runs = (flag: string) => chosen.length === 0 || chosen.includes(flag)
-if (runs("--cpu")) console.log(JSON.stringify({ scenario: "hook reading: scorer CPU", ...(await cpuRows(dir)) }, null, 2))
-if (runs("--styles")) {
-  console.log("hook reading: word accuracy per caption style")
-  console.table(await styleRows(dir))
+if (import.meta.main) {
+  const dir = captionClipDir()
+  const chosen = ["--cpu", "--styles", "--held-out"].filter((flag) => process.argv.includes(flag))
+  const runs = (flag: string) => chosen.length === 0 || chosen.includes(flag)
+  if (runs("--cpu")) console.log(JSON.stringify({ scenario: "hook reading: scorer CPU", ...(await cpuRows(dir)) }, null, 2))
+  if (runs("--styles")) {
+    console.log("hook reading: word accuracy per caption style (the suite's lines)")
+    console.table(await styleRows(dir))
+  }
+  if (runs("--held-out")) {
+    const rootArgument = process.argv.indexOf("--root")
+    const root = rootArgument === -1 ? repositoryRoot : resolve(process.argv[rootArgument + 1])
+    const clips = heldOutClips(process.argv.includes("--quick") ? { perStyle: 3, noText: 3 } : { perStyle: 15, noText: 12 })
+    const summary = heldOutSummary((await scoreHeldOut(clips, root)).results)
+    printSummary(summary, root === repositoryRoot ? "this checkout" : root)
+    console.log(JSON.stringify({ misread: summary.misread, category_misses: summary.categoryMisses }, null, 2))
+  }
+  process.exit(0)
 }
-if (runs("--accuracy")) console.log(JSON.stringify({ scenario: "hook reading: accuracy on held-out hooks", ...(await accuracyRows(dir)) }, null, 2))
-process.exit(0)

@@ -20,7 +20,7 @@ const options: BenchOptions = {
   quick: process.argv.includes("--quick"),
   ...(warmupArgument === -1 ? {} : { warmupMs: Number(process.argv[warmupArgument + 1]) * 1000 })
 }
-/** `--only core,catalog`: run these sections alone (core, catalog, predictions, ledger, webhooks, idempotency). */
+/** `--only core,catalog`: run these sections alone (core, catalog, predictions, ledger, webhooks, idempotency, hook-reading). */
 const onlyArgument = process.argv.indexOf("--only")
 const only = onlyArgument === -1 ? null : new Set((process.argv[onlyArgument + 1] ?? "").split(","))
 const wanted = (section: string) => only === null || only.has(section)
@@ -106,6 +106,12 @@ if (wanted("idempotency")) {
   await optional("idempotency.ts", "runIdempotencyBench", [
     unavailable("idempotent grant", "POST /admin/accounts/{id}/credits with Idempotency-Key", ""),
     unavailable("idempotent replay", "POST /admin/accounts/{id}/credits, key already answered", "")
+  ])
+}
+
+if (wanted("hook-reading")) {
+  await optional("hook-reading.ts", "runHookReadingBench", [
+    unavailable("hook reading", "held-out clip → hook_text, category", "")
   ])
 }
 

@@ -39,17 +39,22 @@ export interface CaptionClipOptions {
   readonly captions: ReadonlyArray<Caption>
   readonly style?: CaptionStyle
   readonly font?: keyof typeof fonts
+  /** Another font file (a system font), in place of `font`. */
+  readonly fontFile?: string
   /** Pixels, on a clip `width` wide. */
   readonly fontSize?: number
   /** Where the caption's top sits, as a share of the height. */
   readonly top?: number
+  /** Where the caption's left edge sits, as a share of the width (default: centred). */
+  readonly left?: number
   /**
-   * still: a flat colour; moving: a moving test pattern; gradient: a slowly moving soft pattern;
+   * still: a flat colour; moving: a moving test pattern; gradient: soft colour bands, slowly moving;
    * footage: the moving test pattern blurred, at half saturation and a little darker (soft colours
    * and shapes like filmed footage, its own digits unreadable); dimmed: the same footage darkened,
-   * as creators dim footage under a caption that has no outline.
+   * as creators dim footage under a caption that has no outline; pattern: the moving test pattern
+   * without its timecode (moving footage with no text in it).
    */
-  readonly background?: "still" | "moving" | "gradient" | "footage" | "dimmed"
+  readonly background?: "still" | "moving" | "gradient" | "footage" | "dimmed" | "pattern"
   readonly backgroundColour?: string
   readonly width?: number
   readonly height?: number
@@ -66,8 +71,14 @@ const backgroundSource = (options: CaptionClipOptions, size: string, fps: number
       const brightness = options.background === "dimmed" ? -0.35 : -0.1
       return `testsrc2=size=${size}:rate=${fps}:duration=${duration},boxblur=8:2,eq=saturation=0.5:brightness=${brightness}`
     }
+    case "pattern": {
+      // testsrc2 prints a timecode in its top-left corner: drawn larger and cropped past it.
+      const [width, height] = size.split("x").map(Number)
+      return `testsrc2=size=${width + 240}x${height + 80}:rate=${fps}:duration=${duration},crop=${width}:${height}:240:80`
+    }
     case "gradient":
-      return `mandelbrot=size=${size}:rate=${fps}:end_pts=${duration}`
+      // ffmpeg's gradients source (not in the npm-bundled 2018 build); a fixed seed, the same colours every run.
+      return `gradients=size=${size}:rate=${fps}:duration=${duration}:speed=0.05:seed=7:nb_colors=3`
     case "still":
       return `color=c=${options.backgroundColour ?? "0x2f4858"}:size=${size}:rate=${fps}:duration=${duration}`
   }
@@ -89,9 +100,9 @@ export const makeCaptionClip = async (path: string, options: CaptionClipOptions)
     const textFile = `${path}.caption${i}.txt`
     writeFileSync(textFile, caption.text)
     const enable = `:enable='between(t,${caption.from ?? 0},${caption.until ?? duration})'`
-    return `drawtext=fontfile=${fonts[options.font ?? "sans"]}:textfile=${textFile}:fontsize=${fontSize}` +
+    return `drawtext=fontfile=${options.fontFile ?? fonts[options.font ?? "sans"]}:textfile=${textFile}:fontsize=${fontSize}` +
       `:fontcolor=${style.colour ?? "white"}${outline}${box}:line_spacing=${Math.round(fontSize / 4)}` +
-      `:x=(w-tw)/2:y=h*${options.top ?? 0.3}${enable}`
+      `:x=${options.left === undefined ? "(w-tw)/2" : `w*${options.left}`}:y=h*${options.top ?? 0.3}${enable}`
   })
   const source = backgroundSource(options, `${width}x${height}`, fps, duration)
   const child = Bun.spawn([
