@@ -29,6 +29,8 @@ export interface Picture {
   readonly height: number
   /** One byte a pixel, row by row. */
   readonly pixels: Uint8Array
+  /** Three bytes a pixel (red, green, blue), row by row, when the frame was read in colour. */
+  readonly colour?: Uint8Array
 }
 
 /** Reads a binary PPM (P6, colour: the value channel) or PGM (P5, grey) with 8-bit samples; null otherwise. */
@@ -42,7 +44,7 @@ export const readNetpbm = (file: Uint8Array): Picture | null => {
   if (channels === 1) return { width, height, pixels: data.subarray(0, width * height) }
   const pixels = new Uint8Array(width * height)
   for (let i = 0, j = 0; i < pixels.length; i++, j += 3) pixels[i] = Math.max(data[j], data[j + 1], data[j + 2])
-  return { width, height, pixels }
+  return { width, height, pixels, colour: data.subarray(0, width * height * 3) }
 }
 
 /** A PGM file of the picture. */
@@ -108,32 +110,58 @@ const GLYPH_FILL = 0.12
 /** A glyph stands out from nearly all of its surroundings; a strip of footage only from the caption side. */
 const GLYPH_EDGE = 0.75
 
+/** A piece of ink kept as a glyph: where it is, its pixels, and its mean colour. */
+interface Glyph {
+  readonly top: number
+  readonly bottom: number
+  readonly left: number
+  readonly right: number
+  readonly pixels: Int32Array
+  readonly colour: readonly [number, number, number]
+}
+
+/** The mean colour of some pixels (the value channel three times over for a grey picture). */
+const meanColour = (picture: Picture, at: ReadonlyArray<number>): readonly [number, number, number] => {
+  const sums = [0, 0, 0]
+  for (const i of at) {
+    for (let c = 0; c < 3; c++) sums[c] += picture.colour === undefined ? picture.pixels[i] : picture.colour[i * 3 + c]
+  }
+  return [sums[0] / at.length, sums[1] / at.length, sums[2] / at.length]
+}
+
 /**
- * Keeps the connected pieces of ink that look like glyphs: at most GLYPH_SHARE of the frame tall
+ * The connected pieces of ink that look like glyphs: at most GLYPH_SHARE of the frame tall
  * and wide, covering GLYPH_FILL of their box, and standing out (by half of INK_CONTRAST) from
  * GLYPH_EDGE of the pixels around them. Footage that passed the threshold beside a caption (a
  * bright wall behind yellow text, shadows around a white box) joins up into pieces larger than a
  * glyph, thin rings, or strips that stand out from the caption's outline on one side only. A
- * caption's outline or box keeps its letters apart from the footage, so they stay.
+ * caption's outline or box keeps its letters apart from the footage, so they stay. The pieces
+ * dropped are cleared from `ink`.
  */
-const glyphsOnly = (ink: Uint8Array, picture: Picture, polarity: Polarity) => {
+const glyphsOf = (ink: Uint8Array, picture: Picture, polarity: Polarity): Array<Glyph> => {
   const { width, height, pixels } = picture
   const maxSide = Math.min(width, height) * GLYPH_SHARE
   const [sign, contrast] = [polarity === "light" ? 1 : -1, INK_CONTRAST / 2]
   const seen = new Uint8Array(ink.length)
   const stack = new Int32Array(ink.length)
   const piece: Array<number> = []
+  const glyphs: Array<Glyph> = []
   for (let start = 0; start < ink.length; start++) {
     if (ink[start] === 0 || seen[start] === 1) continue
     piece.length = 0
-    let [top, bottom, left, right, size, edges, standsOut] = [height, 0, width, 0, 0, 0, 0]
+    // Plain numbers, no destructuring: this loop runs for every pixel of ink.
+    let top = height, bottom = 0, left = width, right = 0, size = 0, edges = 0, standsOut = 0
     stack[size++] = start
     seen[start] = 1
     while (size > 0) {
       const at = stack[--size]
       piece.push(at)
-      const [x, y] = [at % width, Math.floor(at / width)]
-      top = Math.min(top, y), bottom = Math.max(bottom, y), left = Math.min(left, x), right = Math.max(right, x)
+      const y = (at / width) | 0
+      const x = at - y * width
+      if (y < top) top = y
+      if (y > bottom) bottom = y
+      if (x < left) left = x
+      if (x > right) right = x
       for (let side = 0; side < 4; side++) {
         const next = side === 0 ? (x > 0 ? at - 1 : -1) : side === 1 ? (x < width - 1 ? at + 1 : -1) : side === 2 ? at - width : at + width
         if (next < 0 || next >= ink.length) continue
@@ -149,8 +177,35 @@ const glyphsOnly = (ink: Uint8Array, picture: Picture, polarity: Polarity) => {
     }
     const [tall, wide] = [bottom - top + 1, right - left + 1]
     const glyph = tall <= maxSide && wide <= maxSide && piece.length >= GLYPH_FILL * tall * wide && standsOut >= GLYPH_EDGE * edges
-    if (!glyph) for (const at of piece) ink[at] = 0
+    if (glyph) glyphs.push({ top, bottom, left, right, pixels: Int32Array.from(piece), colour: meanColour(picture, piece) })
+    else for (const at of piece) ink[at] = 0
   }
+  return glyphs
+}
+
+/** How far apart two pieces' mean colours are for one to be footage, not the caption (0..255, on any channel). */
+const COUNTER_COLOUR = 48
+
+/**
+ * Drops the footage seen through a letter's counter: inside an outlined o, e or closed c, the
+ * footage is ringed by the outline, so it stands out like a glyph and would turn the o into an
+ * e. Such a piece lies within another piece's box and is not of its colour; the dot of an i next
+ * to an f is of the caption's colour, and stays.
+ */
+const withoutCounters = (glyphs: ReadonlyArray<Glyph>, ink: Uint8Array) => {
+  // A c's counter reaches its opening, where the outline closes it a little past the letter's box.
+  const within = (inner: Glyph, outer: Glyph) => {
+    const reach = Math.max(2, (outer.bottom - outer.top) / 6)
+    return outer.top < inner.top && outer.bottom > inner.bottom && outer.left < inner.left && outer.right + reach >= inner.right &&
+      (inner.right - inner.left) * 2 < outer.right - outer.left
+  }
+  const kept = glyphs.filter((inner) =>
+    !glyphs.some((outer) =>
+      outer !== inner && within(inner, outer) && outer.colour.some((value, c) => Math.abs(value - inner.colour[c]) > COUNTER_COLOUR)
+    )
+  )
+  for (const glyph of glyphs) if (!kept.includes(glyph)) for (const at of glyph.pixels) ink[at] = 0
+  return kept
 }
 
 const surroundingsOf = new WeakMap<Picture, { readonly darkest: Uint8Array; readonly brightest: Uint8Array }>()
@@ -168,9 +223,13 @@ const surroundings = (picture: Picture) => {
 /**
  * The ink of one polarity as black (0) on white (255): a pixel at least INK_CONTRAST brighter
  * (light) or darker (dark) than the darkest (brightest) pixel around it, and past the middle
- * between the darkest and the brightest; then only the pieces of it the size of a glyph.
+ * between the darkest and the brightest; then only the pieces of it the size of a glyph, and not
+ * the footage in their counters. The picture handed on is the ink's box with a white margin of
+ * the tallest glyph's height on every side (beyond the frame's border when the caption touches
+ * it): the engine reads a line's first and last letters whole only with white space around them,
+ * and reads a small picture faster than the whole frame. Null when there is no ink.
  */
-export const inkOf = (picture: Picture, polarity: Polarity): Picture => {
+export const inkOf = (picture: Picture, polarity: Polarity): Picture | null => {
   const { brightest, darkest } = surroundings(picture)
   const ink = new Uint8Array(picture.pixels.length)
   for (let i = 0; i < ink.length; i++) {
@@ -181,8 +240,26 @@ export const inkOf = (picture: Picture, polarity: Polarity): Picture => {
       : brightest[i] - value >= INK_CONTRAST && value < middle
     ink[i] = isInk ? 1 : 0
   }
-  glyphsOnly(ink, picture, polarity)
-  const pixels = new Uint8Array(ink.length)
-  for (let i = 0; i < ink.length; i++) pixels[i] = ink[i] === 1 ? 0 : 255
-  return { width: picture.width, height: picture.height, pixels }
+  const glyphs = withoutCounters(glyphsOf(ink, picture, polarity), ink)
+  if (glyphs.length === 0) return null
+  const box = glyphs.reduce((b, g) => ({
+    top: Math.min(b.top, g.top),
+    bottom: Math.max(b.bottom, g.bottom),
+    left: Math.min(b.left, g.left),
+    right: Math.max(b.right, g.right),
+    tallest: Math.max(b.tallest, g.bottom - g.top + 1)
+  }), { top: picture.height, bottom: 0, left: picture.width, right: 0, tallest: 0 })
+  const margin = Math.max(MIN_MARGIN, box.tallest)
+  const [x0, y0] = [box.left - margin, box.top - margin]
+  const [width, height] = [box.right - box.left + 1 + 2 * margin, box.bottom - box.top + 1 + 2 * margin]
+  const pixels = new Uint8Array(width * height).fill(255)
+  for (let y = Math.max(0, y0); y < Math.min(picture.height, y0 + height); y++) {
+    for (let x = Math.max(0, x0); x < Math.min(picture.width, x0 + width); x++) {
+      if (ink[y * picture.width + x] === 1) pixels[(y - y0) * width + (x - x0)] = 0
+    }
+  }
+  return { width, height, pixels }
 }
+
+/** The smallest white margin around the ink handed on (pixels). */
+const MIN_MARGIN = 12

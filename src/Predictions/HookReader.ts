@@ -106,7 +106,8 @@ const recognize = (ocr: Worker, image: Uint8Array) =>
 
 /**
  * Each frame in the polarity that read the clip's previous frame (light ink first), then in the
- * other when that gives no confident caption; the more confident reading is kept.
+ * other when that gives no confident caption; the more confident reading is kept. A polarity
+ * with no glyph-like ink is not handed to the engine at all.
  */
 const readFrames = (ocr: Worker, frames: ReadonlyArray<Uint8Array>, minConfidence: number) =>
   Effect.suspend(() => {
@@ -118,7 +119,8 @@ const readFrames = (ocr: Worker, frames: ReadonlyArray<Uint8Array>, minConfidenc
         const order: ReadonlyArray<Polarity> = preferred === "light" ? ["light", "dark"] : ["dark", "light"]
         let best: { polarity: Polarity; reading: FrameReading; score: number } | null = null
         for (const polarity of order) {
-          const reading = yield* recognize(ocr, writePgm(inkOf(picture, polarity)))
+          const ink = inkOf(picture, polarity)
+          const reading = ink === null ? [] : yield* recognize(ocr, writePgm(ink))
           const score = readingScore(reading, minConfidence)
           if (best === null || score > best.score) best = { polarity, reading, score }
           if (isConfident(reading, minConfidence)) break
