@@ -16,6 +16,7 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import { randomBytes } from "node:crypto"
 import type { Prediction } from "../src/Predictions/Api.js"
+import { WebhookConfig } from "../src/Webhooks/Config.js"
 import { Webhooks } from "../src/Webhooks/Webhooks.js"
 import { eventually, type Receiver, startReceiver } from "../test/support/receiver.js"
 import { servicesRuntime } from "../test/support/runtime.js"
@@ -88,7 +89,9 @@ export const runWebhooksBench = async ({ quick }: BenchOptions): Promise<Array<S
     const { accountId, key } = await server.account()
     const put = await server.request("/v1/webhooks", { method: "PUT", key, body: { url: receiver.url } })
     if (put.status !== 200) throw new Error(`webhook: ${put.status} ${JSON.stringify(put.body)}`)
-    const concurrency = (await runtime.runPromise(Effect.service(Webhooks))).config.concurrency
+    const { concurrency } = await runtime.runPromise(Effect.gen(function*() {
+      return yield* WebhookConfig
+    }))
 
     const enqueue = (count: number) =>
       runtime.runPromise(

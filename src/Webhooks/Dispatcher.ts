@@ -26,12 +26,12 @@ import { Context, Duration, Effect, FiberSet, Layer, Queue, Ref, Result, type Sc
 import { randomUUID } from "node:crypto"
 import { currentDate } from "../Repository.js"
 import { DatabaseMode, listenForever, logBackgroundFailure } from "../Sql.js"
-import { effectiveLease, type WebhookConfig } from "./Config.js"
+import { effectiveLease, WebhookConfig } from "./Config.js"
 import type { DeliveryStatus } from "./Api.js"
 import { deliveriesChannel, WebhooksRepo } from "./Repo.js"
 import type { ClaimedRow } from "./Rows.js"
 import type { AttemptOutcome } from "./Transport.js"
-import { Webhooks } from "./Webhooks.js"
+import { WebhookSender } from "./Sender.js"
 
 /** Shortest wait between two looks at the outbox, so rows another process is claiming do not make a loop spin. */
 const minimumWait = Duration.millis(10)
@@ -47,8 +47,7 @@ const nextDelayMs = (attempts: number, outcome: AttemptOutcome, scheduleMs: Read
     : Math.min(Math.max(outcome.retryAfterMs, Math.min(...scheduleMs)), Math.max(...scheduleMs))
 
 /** One claimed delivery's attempt and its record, under this dispatcher's name. */
-const makeDelivery = (repo: WebhooksRepo["Service"], webhooks: Webhooks["Service"], dispatcherId: string) => {
-  const config = webhooks.config
+const makeDelivery = (repo: WebhooksRepo["Service"], sender: WebhookSender["Service"], config: WebhookConfig, dispatcherId: string) => {
   const scheduleMs = config.retrySchedule.map(Duration.toMillis)
   const disableAfterMs = Duration.toMillis(config.disableAfter)
 
@@ -84,7 +83,7 @@ const makeDelivery = (repo: WebhooksRepo["Service"], webhooks: Webhooks["Service
 
   /** The attempt itself: unsigned (and not sent) when the secret does not open. */
   const attempt = (row: ClaimedRow & { readonly url: string; readonly secret_ciphertext: string }) =>
-    Result.match(webhooks.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext), {
+    Result.match(sender.openSecrets(row.account_id, row.secret_ciphertext, row.previous_secret_ciphertext), {
       onFailure: (unreadable) =>
         Effect.as(Effect.logError("webhook secret unreadable", unreadable.message), {
           delivered: false,
@@ -93,7 +92,7 @@ const makeDelivery = (repo: WebhooksRepo["Service"], webhooks: Webhooks["Service
           error: `not signed: ${unreadable.message}`,
           retryAfterMs: null
         } satisfies AttemptOutcome),
-      onSuccess: (secrets) => webhooks.attempts.attempt({ url: row.url, secrets, eventId: row.event_id, body: row.body })
+      onSuccess: (secrets) => sender.attempt({ url: row.url, secrets, eventId: row.event_id, body: row.body })
     })
 
   /** Attempts one claimed delivery and records the outcome; never fails. */
@@ -178,15 +177,15 @@ export interface DispatcherService {
 const make = Effect.gen(function*() {
   const repo = yield* WebhooksRepo
   const mode = yield* DatabaseMode
-  const webhooks = yield* Webhooks
-  const config = webhooks.config
+  const sender = yield* WebhookSender
+  const config = yield* WebhookConfig
   const leaseMs = Duration.toMillis(effectiveLease(config))
   /** Names this process's dispatcher in the attempts it records. */
   const dispatcherId = `dsp_${randomUUID().replaceAll("-", "")}`
   const outbox: Outbox = {
     config,
     claim: (limit, token) => Effect.flatMap(currentDate, (now) => repo.claimDueDeliveries({ limit, token, leaseMs, now })),
-    deliver: makeDelivery(repo, webhooks, dispatcherId),
+    deliver: makeDelivery(repo, sender, config, dispatcherId),
     untilNextDue: Effect.flatMap(currentDate, repo.untilNextDue).pipe(
       Effect.map(({ wait_ms }) =>
         wait_ms === null
@@ -219,9 +218,9 @@ const make = Effect.gen(function*() {
 })
 
 export class Dispatcher extends Context.Service<Dispatcher, DispatcherService>()("hookline/Dispatcher") {
-  /** Needs Webhooks and WebhooksRepo from outside (tests build them on a fake transport). */
+  /** Needs WebhookSender and WebhooksRepo from outside (tests build the sender on a fake transport). */
   static readonly layerWithoutDependencies = Layer.effect(Dispatcher, make)
-  static readonly layer = Dispatcher.layerWithoutDependencies.pipe(Layer.provide([Webhooks.layer, WebhooksRepo.layer]))
+  static readonly layer = Dispatcher.layerWithoutDependencies.pipe(Layer.provide([WebhookSender.layer, WebhooksRepo.layer]))
 }
 
 /** The dispatcher running in the back yard of a server process; interrupted when the layer's scope closes. */

@@ -17,9 +17,10 @@ import type { EventType, Webhook, WebhookSecret, WebhookTest } from "./Api.js"
 import { WebhookConfig } from "./Config.js"
 import { WebhooksRepo } from "./Repo.js"
 import type { WebhookState } from "./Rows.js"
-import { makeSecretBox, type SecretBox, type SecretUnreadable } from "./SecretBox.js"
+import { makeSecretBox } from "./SecretBox.js"
+import { WebhookSender } from "./Sender.js"
 import { eventBody, generateSecret } from "./Signing.js"
-import { type AttemptRules, type Attempts, attemptRules, makeAttempts, WebhookTransport } from "./Transport.js"
+import { type AttemptRules, attemptRules, WebhookTransport } from "./Transport.js"
 import { resolveTarget } from "./UrlPolicy.js"
 
 export type { EventType } from "./Api.js"
@@ -80,17 +81,43 @@ const configuredUrl = (url: string) => (refusal: string) =>
   `The configured webhook URL ${url} is refused by this server: ` +
   `${refusal.startsWith("must") ? `it ${refusal}` : refusal}. Set another with PUT /v1/webhooks.`
 
-/** The signing secrets of a webhook row: the current one first, then the previous one if still valid. */
-const openSecretsWith = (box: SecretBox) =>
-(accountId: string, current: string, previous: string | null): Result.Result<ReadonlyArray<string>, SecretUnreadable> =>
-  Result.all(previous === null ? [box.open(current, accountId)] : [box.open(current, accountId), box.open(previous, accountId)])
+/** The account webhook: its settings, its secret, the test send, and the outbox other rooms write into. */
+export interface WebhooksService {
+  /** The account's webhook; one that was never set reads as not configured (url null). */
+  readonly get: (accountId: string) => Effect.Effect<Webhook>
+  /**
+   * Sets the URL and enables the webhook (clearing a health disable); `events` replaces the
+   * selection when given. The secret is issued, and shown, only when the webhook is created.
+   * ValidationFailed when the URL breaks a rule of the URL policy.
+   */
+  readonly set: (accountId: string, url: string, events?: ReadonlyArray<EventType | "*">) => Effect.Effect<WebhookSecret, ValidationFailed>
+  /** DELETE: configured becomes false; url and secret are kept. Without a webhook, nothing changes. */
+  readonly disable: (accountId: string) => Effect.Effect<Webhook>
+  /**
+   * A new secret, shown once; the current one stays valid for WEBHOOK_PREVIOUS_SECRET_TTL.
+   * ValidationFailed when no webhook is configured.
+   */
+  readonly rotate: (accountId: string) => Effect.Effect<WebhookSecret, ValidationFailed>
+  /**
+   * One synchronous, signed attempt of a made-up prediction.succeeded event; nothing is stored.
+   * ValidationFailed when no webhook is enabled or its URL now breaks a rule.
+   */
+  readonly sendTest: (accountId: string) => Effect.Effect<WebhookTest, ValidationFailed>
+  /** Plan loss disables the account webhook; url and secret are kept. Joins the caller's transaction. */
+  readonly disableForAccount: (accountId: string) => Effect.Effect<void>
+  /**
+   * The outbox: records an event for delivery to the account's webhook, when one is enabled.
+   * Call it inside the transaction of the state change that causes the event, so both commit
+   * or neither does. The delivery id, or null when the account has no enabled webhook.
+   */
+  readonly enqueueEvent: (accountId: string, type: PredictionEventType, data: EventData) => Effect.Effect<string | null>
+}
 
 /** What the test send needs from the service. */
 interface TestSendDeps {
   readonly repo: WebhooksRepo["Service"]
-  readonly attempts: Attempts
+  readonly sender: WebhookSender["Service"]
   readonly rules: AttemptRules
-  readonly openSecrets: ReturnType<typeof openSecretsWith>
 }
 
 /**
@@ -99,7 +126,7 @@ interface TestSendDeps {
  * private address) is 422 naming the rule, while a host that no longer resolves is what a real
  * delivery would meet too, an attempt without an HTTP answer (delivered false, status_code null).
  */
-const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
+const makeTestSend = ({ repo, rules, sender }: TestSendDeps) =>
   tracedFn("Webhooks.sendTest", Effect.fnUntraced(function*(accountId: string) {
     const row = yield* repo.findWebhook(accountId)
     if (Option.isNone(row) || !row.value.enabled) return yield* notConfigured
@@ -109,7 +136,7 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
       Effect.mapError((refused) => new ValidationFailed({ message: configuredUrl(row.value.url)(refused.message) }))
     )
     const signingSecrets = yield* Result.match(
-      openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
+      sender.openSecrets(accountId, row.value.secret_ciphertext, row.value.previous_secret_ciphertext),
       {
         onFailure: (unreadable) => Effect.die(new Error(`webhook secret of ${accountId}: ${unreadable.message}`)),
         onSuccess: Effect.succeed
@@ -120,8 +147,8 @@ const makeTestSend = ({ attempts, openSecrets, repo, rules }: TestSendDeps) =>
     const body = eventBody({ id: eventId, type: "prediction.succeeded", createdAt: now.toISOString(), data: syntheticPrediction(now) })
     const input = { url: row.value.url, secrets: signingSecrets, eventId, body, test: true }
     const outcome = yield* Option.match(target, {
-      onSome: (checked) => attempts.attemptAt(checked, input),
-      onNone: () => attempts.attempt(input)
+      onSome: (checked) => sender.attemptAt(checked, input),
+      onNone: () => sender.attempt(input)
     })
     yield* Effect.annotateLogs(Effect.logInfo("webhook test sent"), {
       account_id: accountId,
@@ -149,16 +176,14 @@ const warnDevelopmentSettings = (config: WebhookConfig) =>
 
 const make = Effect.gen(function*() {
   const repo = yield* WebhooksRepo
-  const transport = yield* WebhookTransport
+  const sender = yield* WebhookSender
   const mode = yield* DatabaseMode
   const config = yield* WebhookConfig
   yield* warnDevelopmentSettings(config)
   const secrets = yield* Secrets
   const box = makeSecretBox(Redacted.value(secrets.webhookSecretKey))
   const rules = attemptRules(config)
-  const attempts = makeAttempts(transport, rules)
-  const openSecrets = openSecretsWith(box)
-  const sendTest = makeTestSend({ repo, attempts, rules, openSecrets })
+  const sendTest = makeTestSend({ repo, sender, rules })
 
   const get = tracedFn("Webhooks.get", Effect.fnUntraced(function*(accountId: string) {
     return Option.match(yield* repo.findWebhook(accountId), {
@@ -222,12 +247,15 @@ const make = Effect.gen(function*() {
     }
   ))
 
-  return { config, attempts, openSecrets, get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent } as const
+  return Webhooks.of({ get, set, disable, rotate, sendTest, disableForAccount, enqueueEvent })
 })
 
-export class Webhooks extends Context.Service<Webhooks, Effect.Success<typeof make>>()("hookline/Webhooks") {
-  /** Needs the repository, the transport and the secrets from outside (tests bring a fake transport). */
-  static readonly layerWithoutDependencies = Layer.effect(Webhooks, make)
+export class Webhooks extends Context.Service<Webhooks, WebhooksService>()("hookline/Webhooks") {
+  /**
+   * Needs the repository, the transport and the secrets from outside (tests bring a fake
+   * transport); provides the WebhookSender it sends with too, for the Dispatcher.
+   */
+  static readonly layerWithoutDependencies = Layer.effect(Webhooks, make).pipe(Layer.provideMerge(WebhookSender.layerWithoutDependencies))
   static readonly layer = Webhooks.layerWithoutDependencies.pipe(
     Layer.provide([Secrets.layer, WebhooksRepo.layer, WebhookTransport.layer])
   )
