@@ -83,6 +83,16 @@ const checkBucketAccess = (client: Bun.S3Client, bucket: string): Effect.Effect<
     return null
   })
 
+/** The bucket's access check: run by the background, read by /readyz and the upload links. */
+export interface BucketAccessService {
+  /** S3_CHECK_INTERVAL, S3_CHECK_TIMEOUT, and S3_UPLOAD_WATCH_MAX_BACKOFF, which the presigned-upload watcher reads. */
+  readonly config: Config.Success<typeof BucketCheckConfig>
+  /** With S3: the check now and every S3_CHECK_INTERVAL, for as long as the process runs (the background's); never fails. */
+  readonly checkForever: Effect.Effect<void>
+  /** What the last check found failing, or null (also without S3): /readyz answers 503 with it. */
+  readonly problem: () => string | null
+}
+
 const make = Effect.gen(function*() {
   const config = yield* BucketCheckConfig
   const bucket = s3ClientOf(yield* BlobConfig)
@@ -108,18 +118,15 @@ const make = Effect.gen(function*() {
       })
   })
 
-  return {
+  return BucketAccess.of({
     config,
-    refresh,
-    /** With S3: the check now and every S3_CHECK_INTERVAL, for as long as the process runs (the background's). */
     checkForever: Option.isSome(bucket) ? refresh.pipe(Effect.repeat(Schedule.spaced(config.interval)), Effect.asVoid) : Effect.void,
-    /** What the last check found failing, or null: /readyz answers 503 with it. */
     problem: () => problem
-  } as const
+  })
 })
 
 /** The bucket's access, checked by the background (PredictionsSweeperLive) and read by /readyz. */
-export class BucketAccess extends Context.Service<BucketAccess, Effect.Success<typeof make>>()("hookline/BucketAccess") {
+export class BucketAccess extends Context.Service<BucketAccess, BucketAccessService>()("hookline/BucketAccess") {
   static readonly layer = Layer.effect(BucketAccess, make)
 }
 
