@@ -22,7 +22,7 @@
  * and one line once a round works again. With S3 the bucket's access is checked at start and every
  * S3_CHECK_INTERVAL (BucketCheck.ts), for /readyz.
  */
-import { Context, Effect, Layer, Option, Schedule } from "effect"
+import { Context, Effect, Layer, Option, Schedule, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import { logBackgroundFailure, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
@@ -37,6 +37,17 @@ import { UploadsRepo } from "./UploadsRepo.js"
 /** Where presigned links put their objects: `uploads/<upload id>`. */
 const uploadsFolder = "uploads/"
 const uploadKey = /^uploads\/upl_[0-9a-f]{32}$/
+
+/** The predictions' background: the sweeps, the bucket's access check and the presigned-upload watcher. */
+export interface PredictionsSweeperService {
+  /** One pass of every sweep; a step that fails is logged and the others still run (tests step it). */
+  readonly sweep: Effect.Effect<void>
+  /**
+   * The background of a server process, forked in the caller's scope: the sweep every
+   * PREDICTION_SWEEP_INTERVAL, the bucket's access check, and in presigned mode the watcher.
+   */
+  readonly run: Effect.Effect<void, never, Scope.Scope>
+}
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -115,10 +126,16 @@ const make = Effect.gen(function*() {
   /** Presigned mode: rounds for as long as the process runs, backing off while they fail. */
   const watchPresigned = watchWithBackoff(watchRound, blobs.watchInterval, access.config.watchMaxBackoff)
 
-  return { sweep, watchPresigned, checkBucket: access.checkForever, presigned: uploads.presigned, config } as const
+  const run = Effect.gen(function*() {
+    yield* sweep.pipe(Effect.repeat(Schedule.spaced(config.sweepInterval)), Effect.forkScoped)
+    yield* Effect.forkScoped(access.checkForever)
+    if (uploads.presigned) yield* Effect.forkScoped(watchPresigned)
+  })
+
+  return PredictionsSweeper.of({ sweep, run })
 })
 
-export class PredictionsSweeper extends Context.Service<PredictionsSweeper, Effect.Success<typeof make>>()("hookline/PredictionsSweeper") {
+export class PredictionsSweeper extends Context.Service<PredictionsSweeper, PredictionsSweeperService>()("hookline/PredictionsSweeper") {
   static readonly layerWithoutDependencies = Layer.effect(PredictionsSweeper, make)
   static readonly layer = PredictionsSweeper.layerWithoutDependencies.pipe(
     Layer.provide([UploadsRepo.layer, PredictionJobs.layer, PredictionUploads.layer, BlobStore.layer])
@@ -126,11 +143,6 @@ export class PredictionsSweeper extends Context.Service<PredictionsSweeper, Effe
 }
 
 /** The sweeper's schedule, the bucket's access check, and in presigned mode the watcher. */
-export const PredictionsSweeperLive = Layer.effectDiscard(
-  Effect.gen(function*() {
-    const sweeper = yield* PredictionsSweeper
-    yield* sweeper.sweep.pipe(Effect.repeat(Schedule.spaced(sweeper.config.sweepInterval)), Effect.forkScoped)
-    yield* Effect.forkScoped(sweeper.checkBucket)
-    if (sweeper.presigned) yield* Effect.forkScoped(sweeper.watchPresigned)
-  })
-).pipe(Layer.provide(PredictionsSweeper.layer))
+export const PredictionsSweeperLive = Layer.effectDiscard(Effect.flatMap(PredictionsSweeper, (sweeper) => sweeper.run)).pipe(
+  Layer.provide(PredictionsSweeper.layer)
+)
