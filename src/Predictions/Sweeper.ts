@@ -38,6 +38,10 @@ import { UploadsRepo } from "./UploadsRepo.js"
 const uploadsFolder = "uploads/"
 const uploadKey = /^uploads\/upl_[0-9a-f]{32}$/
 
+/** A sweep step whose failure is logged, so the others still run. */
+const step = <R>(name: string, effect: Effect.Effect<void, unknown, R>) =>
+  effect.pipe(Effect.catchCause(logBackgroundFailure(`predictions sweep: ${name} failed`)))
+
 /** The predictions' background: the sweeps, the bucket's access check and the presigned-upload watcher. */
 export interface PredictionsSweeperService {
   /** One pass of every sweep; a step that fails is logged and the others still run (tests step it). */
@@ -96,9 +100,6 @@ const make = Effect.gen(function*() {
     }
   })
 
-  const step = <R>(name: string, effect: Effect.Effect<void, unknown, R>) =>
-    effect.pipe(Effect.catchCause(logBackgroundFailure(`predictions sweep: ${name} failed`)))
-
   /** One pass of every sweep; a step that fails is logged and the others still run. */
   const sweep = Effect.all([
     step("expire links", orDieOnDb(expireLinks)),
@@ -126,12 +127,10 @@ const make = Effect.gen(function*() {
   /** Presigned mode: rounds for as long as the process runs, backing off while they fail. */
   const watchPresigned = watchWithBackoff(watchRound, blobs.watchInterval, access.config.watchMaxBackoff)
 
-  const run = Effect.gen(function*() {
-    yield* sweep.pipe(Effect.repeat(Schedule.spaced(config.sweepInterval)), Effect.forkScoped)
-    yield* Effect.forkScoped(access.checkForever)
-    if (uploads.presigned) yield* Effect.forkScoped(watchPresigned)
+  const background = [sweep.pipe(Effect.repeat(Schedule.spaced(config.sweepInterval))), access.checkForever]
+  const run = Effect.forEach(uploads.presigned ? [...background, watchPresigned] : background, (task) => Effect.forkScoped(task), {
+    discard: true
   })
-
   return PredictionsSweeper.of({ sweep, run })
 })
 
