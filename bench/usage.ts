@@ -14,6 +14,7 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import Pg from "pg"
+import { HistoryRepo } from "../src/Ledger/HistoryRepo.js"
 import { Usage } from "../src/Ledger/Usage.js"
 import { SqlLive } from "../src/Sql.js"
 import { reserve, settle } from "./support/baseline.js"
@@ -22,7 +23,7 @@ import { median } from "./support/report.js"
 
 const runtimeOn = (databaseUrl: string) =>
   ManagedRuntime.make(
-    Usage.layer.pipe(
+    Layer.mergeAll(Usage.layer, HistoryRepo.layer).pipe(
       Layer.provideMerge(SqlLive),
       Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({
         env: { DATABASE_URL: databaseUrl, DATA_DIR: mkdtempSync(join(tmpdir(), "hookline-bench-usage-")) }
@@ -116,6 +117,7 @@ const summary = async () => {
     : await freshDatabase("hookline_bench_usage_10m")
   const runtime = runtimeOn(databaseUrl)
   const usage = await runtime.runPromise(Usage)
+  const history = await runtime.runPromise(HistoryRepo)
   const pool = new Pg.Pool({ connectionString: databaseUrl, max: 2 })
   const heavy = `acct_${"f".repeat(32)}`
   const typical = `acct_${String(42).padStart(32, "0")}`
@@ -172,7 +174,7 @@ const summary = async () => {
   const from = new Date(to.getTime() - 93 * 86_400_000)
   for (const [who, accountId] of [["typical account", typical], ["heavy account (1M rows in range)", heavy]] as const) {
     for (const groupBy of ["day", "operation"] as const) {
-      const [text, params] = usage.statement(accountId, from, to, groupBy).compile()
+      const [text, params] = history.usageStatement(accountId, from, to, groupBy).compile()
       const plan = await pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, [...params])
       const timings: Array<number> = []
       for (let run = 0; run < 7; run++) {

@@ -21,10 +21,20 @@ const toKeySpend = (row: KeyBudgetRow): KeySpend => ({
   period_end: toTimestamp(row.period_end)
 })
 
+/** API keys' spend limits and what they spent in the current period. */
+export interface KeyBudgetsService {
+  /** The key's budget (None: no such key), after any rollover of its account that is due. */
+  readonly read: (keyId: string) => Effect.Effect<Option.Option<KeySpend>>
+  /**
+   * Sets the key's limit (null: none) and answers its budget; None when no such key. What the key
+   * spent in the period stays counted: a limit below it refuses its next debit.
+   */
+  readonly setLimit: (keyId: string, spendLimit: number | null) => Effect.Effect<Option.Option<KeySpend>>
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* LedgerRepo
 
-  /** The key's budget (None: no such key), after any rollover of its account that is due. */
   const read = (keyId: string) =>
     Effect.gen(function*() {
       const row = yield* repo.findKeyBudget(keyId)
@@ -35,10 +45,6 @@ const make = Effect.gen(function*() {
       return Option.map(row, toKeySpend)
     }).pipe(Effect.withSpan("KeyBudgets.read", { attributes: { keyId } }))
 
-  /**
-   * Sets the key's limit (null: none) and answers its budget; None when no such key. What the key
-   * spent in the period stays counted: a limit below it refuses its next debit.
-   */
   const setLimit = (keyId: string, spendLimit: number | null) =>
     Effect.gen(function*() {
       const set = yield* repo.setSpendLimit({ keyId, spendLimit })
@@ -46,10 +52,10 @@ const make = Effect.gen(function*() {
       return yield* read(keyId)
     }).pipe(Effect.withSpan("KeyBudgets.setLimit", { attributes: { keyId } }))
 
-  return { read, setLimit } as const
+  return KeyBudgets.of({ read, setLimit })
 })
 
-export class KeyBudgets extends Context.Service<KeyBudgets, Effect.Success<typeof make>>()("hookline/KeyBudgets") {
+export class KeyBudgets extends Context.Service<KeyBudgets, KeyBudgetsService>()("hookline/KeyBudgets") {
   /** Takes its LedgerRepo from the caller (the in-memory one in a test). */
   static readonly layerWithoutDependencies = Layer.effect(KeyBudgets, make)
   static readonly layer = KeyBudgets.layerWithoutDependencies.pipe(Layer.provide(LedgerRepo.layer))

@@ -29,12 +29,21 @@ export const UsageConfig = Config.all({
 
 const defaultRange = Duration.days(30)
 
+/** An account's usage summary. */
+export interface UsageService {
+  /**
+   * The summary of [from, to) (default: the last 30 days to now), grouped by day, key or
+   * operation; a monthly rollover that is due is applied first, so it is counted.
+   * ValidationFailed when from is not before to or the range is over USAGE_MAX_RANGE_DAYS.
+   */
+  readonly summarise: (accountId: string, params: UsageParams) => Effect.Effect<UsageSummary, ValidationFailed>
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* HistoryRepo
   const ledger = yield* Ledger
   const config = yield* UsageConfig
 
-  /** The summary of [from, to); a monthly rollover that is due is applied first, so it is counted. */
   const summarise = (accountId: string, params: UsageParams) =>
     Effect.gen(function*() {
       yield* ledger.wallet(accountId)
@@ -66,10 +75,10 @@ const make = Effect.gen(function*() {
       } satisfies UsageSummary
     }).pipe(traced("Usage.summarise", { attributes: { accountId } }))
 
-  return { summarise, statement: repo.usageStatement } as const
+  return Usage.of({ summarise })
 })
 
-export class Usage extends Context.Service<Usage, Effect.Success<typeof make>>()("hookline/Usage") {
+export class Usage extends Context.Service<Usage, UsageService>()("hookline/Usage") {
   /** Takes its HistoryRepo and Ledger from the caller (in-memory ones in a test). */
   static readonly layerWithoutDependencies = Layer.effect(Usage, make)
   static readonly layer = Usage.layerWithoutDependencies.pipe(Layer.provide([HistoryRepo.layer, Ledger.layer]))
