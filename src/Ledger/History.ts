@@ -19,6 +19,7 @@
  */
 import { Context, Effect, Layer } from "effect"
 import { Secrets } from "../Config.js"
+import type { InvalidCursor } from "../Errors.js"
 import { keysetPage, readCursor, signCursor } from "../Cursor.js"
 import { traced } from "../Observability/Tracing.js"
 import { toTimestamp } from "../Schemas.js"
@@ -41,16 +42,22 @@ const toTransaction = (row: HistoryRow): CreditTransaction => ({
   reason: row.reason
 })
 
+/** An account's credit history, a page at a time. */
+export interface CreditHistoryService {
+  /**
+   * One page of `accountId`'s history. `endpoint` names the route, so a cursor works only
+   * where it was made and only with the filters that made it. A monthly rollover that is due
+   * is applied first, so its expiry and grant are listed. InvalidCursor when the cursor is
+   * malformed, altered, or from another route or filters.
+   */
+  readonly list: (accountId: string, params: TransactionParams, endpoint: string) => Effect.Effect<CreditTransactionList, InvalidCursor>
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* HistoryRepo
   const ledger = yield* Ledger
   const { cursorSecret } = yield* Secrets
 
-  /**
-   * One page of `accountId`'s history. `endpoint` names the route, so a cursor works only
-   * where it was made and only with the filters that made it. A monthly rollover that is due
-   * is applied first, so its expiry and grant are listed.
-   */
   const list = (accountId: string, params: TransactionParams, endpoint: string) =>
     Effect.gen(function*() {
       yield* ledger.wallet(accountId)
@@ -74,10 +81,10 @@ const make = Effect.gen(function*() {
       ) satisfies CreditTransactionList
     }).pipe(traced("CreditHistory.list", { attributes: { accountId } }))
 
-  return { list } as const
+  return CreditHistory.of({ list })
 })
 
-export class CreditHistory extends Context.Service<CreditHistory, Effect.Success<typeof make>>()("hookline/CreditHistory") {
+export class CreditHistory extends Context.Service<CreditHistory, CreditHistoryService>()("hookline/CreditHistory") {
   /** Takes its HistoryRepo and Ledger from the caller (in-memory ones in a test). */
   static readonly layerWithoutDependencies = Layer.effect(CreditHistory, make).pipe(Layer.provide(Secrets.layer))
   static readonly layer = CreditHistory.layerWithoutDependencies.pipe(Layer.provide([HistoryRepo.layer, Ledger.layer]))
