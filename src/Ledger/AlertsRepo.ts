@@ -1,5 +1,5 @@
 /** The low-balance alert's two columns of the wallet row: its threshold and whether it is armed. */
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, type Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 
@@ -8,6 +8,15 @@ export const AlertRow = Schema.Struct({
   low_balance_armed: Schema.Boolean
 })
 export type AlertRow = typeof AlertRow.Type
+
+/** The alert columns of a wallet; None when the account has no wallet. Database failures are defects. */
+export interface AlertsRepoService {
+  readonly findAlert: (accountId: string) => Effect.Effect<Option.Option<AlertRow>>
+  /** Sets the threshold; armed when the balance is at or above it now (a wallet already below waits for a grant). */
+  readonly setThreshold: (accountId: string, threshold: number) => Effect.Effect<Option.Option<AlertRow>>
+  /** Removes the threshold and disarms the alert. */
+  readonly clearThreshold: (accountId: string) => Effect.Effect<Option.Option<AlertRow>>
+}
 
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -41,14 +50,13 @@ const make = Effect.gen(function*() {
       RETURNING low_balance_threshold, low_balance_armed`
   })
 
-  return atRepoBoundary("AlertsRepo", {
+  return AlertsRepo.of(atRepoBoundary("AlertsRepo", {
     findAlert,
     setThreshold: (accountId: string, threshold: number) => setThreshold({ accountId, threshold }),
     clearThreshold
-  })
+  }))
 })
 
-export class AlertsRepo extends Context.Service<AlertsRepo, Effect.Success<typeof make>>()("hookline/AlertsRepo") {
+export class AlertsRepo extends Context.Service<AlertsRepo, AlertsRepoService>()("hookline/AlertsRepo") {
   static readonly layer = Layer.effect(AlertsRepo, make)
-
 }
