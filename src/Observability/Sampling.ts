@@ -89,6 +89,16 @@ export interface RequestSummary {
   readonly durationMs: number
 }
 
+/** Which requests are traced, and the span of an unsampled request that failed or was slow. */
+export interface SamplingService {
+  /** Whether to trace a request that carries `traceparent` (or none). */
+  readonly sampled: (traceparent: string | null) => boolean
+  /** The context an unsampled request runs with (tracer off, no spans). */
+  readonly untraced: Context.Context<never>
+  /** Records one span for an unsampled request that failed (5xx) or was slow; nothing otherwise. */
+  readonly summarize: (request: RequestSummary) => void
+}
+
 const make = Effect.gen(function*() {
   const config = yield* SamplingConfig
   // The application's tracer (TracingLive's), as it is when this service is built.
@@ -122,13 +132,13 @@ const make = Effect.gen(function*() {
     span.end(start + BigInt(Math.round(request.durationMs * 1e6)), failed ? Exit.fail(`status ${request.status}`) : Exit.void)
   }
 
-  return { sampled, untraced: untracedReferences, summarize } as const
+  return Sampling.of({ sampled, untraced: untracedReferences, summarize })
 })
 
 /**
  * The sampling decision and the after-the-fact span of unsampled requests. Build it where the
  * application's tracer (TracingLive) is already in place: it keeps the tracer it finds.
  */
-export class Sampling extends Context.Service<Sampling, Effect.Success<typeof make>>()("hookline/Sampling") {
+export class Sampling extends Context.Service<Sampling, SamplingService>()("hookline/Sampling") {
   static readonly layer = Layer.effect(Sampling, make)
 }
