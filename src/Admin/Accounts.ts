@@ -7,17 +7,17 @@ import { SqlClient } from "effect/sql"
 import { Auth } from "../Auth/Auth.js"
 import type { Plan, Scope } from "../Auth/Domain.js"
 import { grantFor, hasApiAccess, planRules } from "../Auth/Plans.js"
-import { NotFound, ValidationFailed } from "../Errors.js"
+import { type InvalidCursor, NotFound, ValidationFailed } from "../Errors.js"
 import { answerInTransaction } from "../Idempotency/Headers.js"
 import { newId } from "../Ids.js"
-import { type TransactionParams, type UsageParams, walletOf } from "../Ledger/Api.js"
+import { type CreditTransactionList, type TransactionParams, type UsageParams, type UsageSummary, type Wallet, walletOf } from "../Ledger/Api.js"
 import type { Bucket } from "../Ledger/Domain.js"
 import { KeyBudgets } from "../Ledger/Budgets.js"
 import { CreditHistory } from "../Ledger/History.js"
 import { Ledger } from "../Ledger/Ledger.js"
 import { Usage } from "../Ledger/Usage.js"
 import { Webhooks } from "../Webhooks/Webhooks.js"
-import type { Account, CreateAccount, UpdateAccount } from "./Api.js"
+import type { Account, ApiKeyCreated, CreateAccount, UpdateAccount } from "./Api.js"
 import { AccountsRepo } from "./Repo.js"
 
 /** A monthly grant is the plan's own, except on the plans that set their own (invite, complimentary, custom). */
@@ -29,6 +29,40 @@ const checkGrant = (plan: Plan, monthlyGrant: number | undefined) =>
     : Effect.void
 
 /** An account's keys, credits and reports, for the admin API: each answers 404 for an unknown account. */
+/** An admin grant's terms. */
+export interface AdminGrant {
+  readonly bucket: Bucket
+  readonly amount: number
+  readonly expiresAt?: Date | null
+  readonly reason: string | null
+  readonly referenceId: string | null
+  readonly requestId: string
+}
+
+/**
+ * The admin API's accounts. Each call on an account that does not exist is NotFound and changes
+ * nothing; a write stores its answer under its Idempotency-Key in its own transaction.
+ */
+export interface AccountsService {
+  /** The account with its plan, suspension and wallet. */
+  readonly get: (id: string) => Effect.Effect<Account, NotFound>
+  /** A new account and its wallet; ValidationFailed when the plan does not allow the monthly grant asked for. */
+  readonly create: (input: CreateAccount) => Effect.Effect<Account, ValidationFailed>
+  /**
+   * Changes plan and/or suspension in one transaction. A plan change starts a new monthly
+   * period (Ledger), and losing API access disables the account webhook in the same transaction.
+   */
+  readonly update: (id: string, patch: UpdateAccount) => Effect.Effect<Account, NotFound>
+  /** A new API key (secret shown once) with its spend limit, if any, set in the same transaction. */
+  readonly createKey: (id: string, scopes: ReadonlyArray<Scope> | undefined, spendLimit?: number) => Effect.Effect<ApiKeyCreated, NotFound>
+  /** Credits granted to a bucket, once per reference; ValidationFailed for an amount or expiry the Ledger refuses. */
+  readonly grant: (id: string, grant: AdminGrant) => Effect.Effect<Wallet, NotFound | ValidationFailed>
+  /** A page of the account's credit history; InvalidCursor for a cursor not made by this route with these filters. */
+  readonly transactions: (id: string, query: TransactionParams) => Effect.Effect<CreditTransactionList, NotFound | InvalidCursor>
+  /** The account's usage summary; ValidationFailed for a range the summary refuses. */
+  readonly usage: (id: string, query: UsageParams) => Effect.Effect<UsageSummary, NotFound | ValidationFailed>
+}
+
 const perAccount = (findRow: (id: string, lock: boolean) => Effect.Effect<unknown, NotFound>) =>
   Effect.gen(function*() {
     const auth = yield* Auth
@@ -48,14 +82,7 @@ const perAccount = (findRow: (id: string, lock: boolean) => Effect.Effect<unknow
     return {
       createKey: (id: string, scopes: ReadonlyArray<Scope> | undefined, spendLimit?: number) =>
         mustExist(id).pipe(Effect.andThen(newKey(id, scopes, spendLimit))),
-      grant: (id: string, grant: {
-        readonly bucket: Bucket
-        readonly amount: number
-        readonly expiresAt?: Date | null
-        readonly reason: string | null
-        readonly referenceId: string | null
-        readonly requestId: string
-      }) =>
+      grant: (id: string, grant: AdminGrant) =>
         mustExist(id).pipe(
           Effect.andThen(ledger.grant(id, grant.bucket, grant.amount, grant)),
           Effect.flatMap((wallet) => answerInTransaction(walletOf(wallet))),
@@ -114,10 +141,6 @@ const make = Effect.gen(function*() {
       }).pipe(sql.withTransaction, Effect.orDie)
     })
 
-  /**
-   * Changes plan and/or suspension in one transaction. A plan change starts a new monthly
-   * period (Ledger), and losing API access disables the account webhook in the same transaction.
-   */
   const update = (id: string, patch: UpdateAccount) =>
     Effect.gen(function*() {
       yield* Effect.gen(function*() {
@@ -138,10 +161,10 @@ const make = Effect.gen(function*() {
       return yield* get(id)
     })
 
-  return { get, create, update, ...(yield* perAccount(findRow)) } as const
+  return Accounts.of({ get, create, update, ...(yield* perAccount(findRow)) })
 })
 
-export class Accounts extends Context.Service<Accounts, Effect.Success<typeof make>>()("hookline/Accounts") {
+export class Accounts extends Context.Service<Accounts, AccountsService>()("hookline/Accounts") {
   static readonly layerWithoutDependencies = Layer.effect(Accounts, make)
   static readonly layer = Accounts.layerWithoutDependencies.pipe(
     Layer.provide([AccountsRepo.layer, Ledger.layer, Webhooks.layer, Auth.layer, CreditHistory.layer, Usage.layer, KeyBudgets.layer])
