@@ -16,6 +16,8 @@
  * caption, keeping the reading that is more confident.
  */
 
+import { squareFilter } from "./SquareFilter.js"
+
 export type Polarity = "light" | "dark"
 
 /** How much brighter (or darker) than its surroundings a pixel must be to count as ink (0..255). */
@@ -54,52 +56,6 @@ export const writePgm = (picture: Picture): Uint8Array => {
   file.set(header)
   file.set(picture.pixels, header.length)
   return file
-}
-
-type Pick = (a: number, b: number) => number
-const lower: Pick = (a, b) => (a < b ? a : b)
-const higher: Pick = (a, b) => (a > b ? a : b)
-
-/**
- * Min or max over a window of `2r + 1` samples along one line (van Herk / Gil-Werman: three
- * passes, whatever the window), for the `count` samples from `start`, `step` apart.
- */
-const filterLine = (
-  source: Uint8Array,
-  target: Uint8Array,
-  start: number,
-  step: number,
-  count: number,
-  r: number,
-  pick: Pick,
-  scratch: { forward: Uint8Array; backward: Uint8Array }
-) => {
-  const k = 2 * r + 1
-  const { forward, backward } = scratch
-  for (let i = 0; i < count; i++) {
-    const value = source[start + i * step]
-    forward[i] = i % k === 0 ? value : pick(forward[i - 1], value)
-  }
-  for (let i = count - 1; i >= 0; i--) {
-    const value = source[start + i * step]
-    backward[i] = i === count - 1 || (i + 1) % k === 0 ? value : pick(backward[i + 1], value)
-  }
-  for (let i = 0; i < count; i++) {
-    const from = Math.max(0, i - r)
-    const to = Math.min(count - 1, i + r)
-    target[start + i * step] = pick(backward[from], forward[to])
-  }
-}
-
-/** Min (erosion) or max (dilation) over a square of side `2r + 1`. */
-const squareFilter = (picture: Picture, r: number, pick: Pick): Uint8Array => {
-  const { width, height } = picture
-  const scratch = { forward: new Uint8Array(Math.max(width, height)), backward: new Uint8Array(Math.max(width, height)) }
-  const rows = new Uint8Array(width * height)
-  for (let y = 0; y < height; y++) filterLine(picture.pixels, rows, y * width, 1, width, r, pick, scratch)
-  const out = new Uint8Array(width * height)
-  for (let x = 0; x < width; x++) filterLine(rows, out, x, width, height, r, pick, scratch)
-  return out
 }
 
 /** The largest glyph, as a share of the frame's shorter side (a 38-pixel caption on a 540-pixel-wide frame is 0.08). */
@@ -142,20 +98,18 @@ const glyphsOf = (ink: Uint8Array, picture: Picture, polarity: Polarity): Array<
   const { width, height, pixels } = picture
   const maxSide = Math.min(width, height) * GLYPH_SHARE
   const [sign, contrast] = [polarity === "light" ? 1 : -1, INK_CONTRAST / 2]
-  const seen = new Uint8Array(ink.length)
-  const stack = new Int32Array(ink.length)
   const piece: Array<number> = []
   const glyphs: Array<Glyph> = []
   for (let start = 0; start < ink.length; start++) {
-    if (ink[start] === 0 || seen[start] === 1) continue
+    if (ink[start] !== 1) continue
+    // The piece is its own queue; a pixel taken into it is marked 2 in `ink`.
     piece.length = 0
     // Plain numbers, no destructuring: this loop runs for every pixel of ink.
-    let top = height, bottom = 0, left = width, right = 0, size = 0, edges = 0, standsOut = 0
-    stack[size++] = start
-    seen[start] = 1
-    while (size > 0) {
-      const at = stack[--size]
-      piece.push(at)
+    let top = height, bottom = 0, left = width, right = 0, edges = 0, standsOut = 0
+    piece.push(start)
+    ink[start] = 2
+    for (let head = 0; head < piece.length; head++) {
+      const at = piece[head]
       const y = (at / width) | 0
       const x = at - y * width
       if (y < top) top = y
@@ -170,9 +124,9 @@ const glyphsOf = (ink: Uint8Array, picture: Picture, polarity: Polarity): Array<
           if ((pixels[at] - pixels[next]) * sign >= contrast) standsOut++
           continue
         }
-        if (seen[next] === 1) continue
-        seen[next] = 1
-        stack[size++] = next
+        if (ink[next] === 2) continue
+        ink[next] = 2
+        piece.push(next)
       }
     }
     const [tall, wide] = [bottom - top + 1, right - left + 1]
@@ -189,23 +143,57 @@ const COUNTER_COLOUR = 48
 /**
  * Drops the footage seen through a letter's counter: inside an outlined o, e or closed c, the
  * footage is ringed by the outline, so it stands out like a glyph and would turn the o into an
- * e. Such a piece lies within another piece's box and is not of its colour; the dot of an i next
- * to an f is of the caption's colour, and stays.
+ * e. Such a piece lies within another piece's box and is not of its colour, or (whatever its
+ * colour: footage as green as the caption) is enclosed by that one piece on the left, above and
+ * below; the dot of an i next to an f is of the caption's colour, with its stem below it, and stays.
  */
-const withoutCounters = (glyphs: ReadonlyArray<Glyph>, ink: Uint8Array) => {
+const withoutCounters = (glyphs: ReadonlyArray<Glyph>, ink: Uint8Array, width: number) => {
   // A c's counter reaches its opening, where the outline closes it a little past the letter's box.
   const within = (inner: Glyph, outer: Glyph) => {
     const reach = Math.max(2, (outer.bottom - outer.top) / 6)
     return outer.top < inner.top && outer.bottom > inner.bottom && outer.left < inner.left && outer.right + reach >= inner.right &&
       (inner.right - inner.left) * 2 < outer.right - outer.left
   }
-  const kept = glyphs.filter((inner) =>
+  const enclosing = enclosingPieces(glyphs, width, ink.length)
+  const kept = glyphs.filter((inner, index) =>
+    enclosing[index] === -1 &&
     !glyphs.some((outer) =>
       outer !== inner && within(inner, outer) && outer.colour.some((value, c) => Math.abs(value - inner.colour[c]) > COUNTER_COLOUR)
     )
   )
   for (const glyph of glyphs) if (!kept.includes(glyph)) for (const at of glyph.pixels) ink[at] = 0
   return kept
+}
+
+/**
+ * For each piece, the piece that encloses it (or -1): the first ink met going left, up and down
+ * from the piece's middle is that one other piece's, which is what footage in the counter of an
+ * o, e or c looks like whatever its colour. The dot of an i has its own stem below it.
+ */
+const enclosingPieces = (glyphs: ReadonlyArray<Glyph>, width: number, size: number): Array<number> => {
+  // Each pixel's piece plus one (0: no piece), so the array needs no filling.
+  const owner = new Int32Array(size)
+  glyphs.forEach((glyph, index) => {
+    for (const at of glyph.pixels) owner[at] = index + 1
+  })
+  const firstMet = (from: number, step: number, steps: number, self: number) => {
+    for (let at = from + step, n = 0; n < steps && at >= 0 && at < size; at += step, n++) {
+      const found = owner[at] - 1
+      if (found !== -1 && found !== self) return found
+    }
+    return -1
+  }
+  return glyphs.map((glyph, index) => {
+    const [x, y] = [(glyph.left + glyph.right) >> 1, (glyph.top + glyph.bottom) >> 1]
+    const reach = (glyph.bottom - glyph.top + 1) * 2 + 4
+    const start = y * width + x
+    if (owner[start] !== index + 1) return -1
+    const left = firstMet(start, -1, Math.min(x, reach), index)
+    if (left === -1) return -1
+    const up = firstMet(start, -width, Math.min(y, reach), index)
+    const down = firstMet(start, width, reach, index)
+    return up === left && down === left ? left : -1
+  })
 }
 
 const surroundingsOf = new WeakMap<Picture, { readonly darkest: Uint8Array; readonly brightest: Uint8Array }>()
@@ -215,7 +203,7 @@ const surroundings = (picture: Picture) => {
   const known = surroundingsOf.get(picture)
   if (known !== undefined) return known
   const r = Math.max(2, Math.round(Math.min(picture.width, picture.height) * WINDOW_SHARE / 2))
-  const computed = { darkest: squareFilter(picture, r, lower), brightest: squareFilter(picture, r, higher) }
+  const computed = { darkest: squareFilter(picture, r, true), brightest: squareFilter(picture, r, false) }
   surroundingsOf.set(picture, computed)
   return computed
 }
@@ -240,7 +228,7 @@ export const inkOf = (picture: Picture, polarity: Polarity): Picture | null => {
       : brightest[i] - value >= INK_CONTRAST && value < middle
     ink[i] = isInk ? 1 : 0
   }
-  const glyphs = withoutCounters(glyphsOf(ink, picture, polarity), ink)
+  const glyphs = withoutCounters(glyphsOf(ink, picture, polarity), ink, picture.width)
   if (glyphs.length === 0) return null
   const box = glyphs.reduce((b, g) => ({
     top: Math.min(b.top, g.top),
@@ -255,7 +243,7 @@ export const inkOf = (picture: Picture, polarity: Polarity): Picture | null => {
   const pixels = new Uint8Array(width * height).fill(255)
   for (let y = Math.max(0, y0); y < Math.min(picture.height, y0 + height); y++) {
     for (let x = Math.max(0, x0); x < Math.min(picture.width, x0 + width); x++) {
-      if (ink[y * picture.width + x] === 1) pixels[(y - y0) * width + (x - x0)] = 0
+      if (ink[y * picture.width + x] !== 0) pixels[(y - y0) * width + (x - x0)] = 0
     }
   }
   return { width, height, pixels }

@@ -99,9 +99,13 @@ const keptWorker = Effect.gen(function*() {
   return { worker, discard }
 })
 
+/** A line with no letter in any word (a timecode, a clock, a score) is not part of a hook line. */
+const withLetters = (reading: FrameReading): FrameReading =>
+  reading.filter((line) => line.some((word) => /\p{L}/u.test(word.text)))
+
 const recognize = (ocr: Worker, image: Uint8Array) =>
   Effect.tryPromise(() => ocr.recognize(Buffer.from(image), {}, { blocks: true, text: false })).pipe(
-    Effect.map((result) => linesOf(result.data))
+    Effect.map((result) => withLetters(linesOf(result.data)))
   )
 
 /**
