@@ -16,7 +16,7 @@
  * caption, keeping the reading that is more confident.
  */
 
-import { squareFilter } from "./SquareFilter.js"
+import { type Picture, squareFilter } from "./SquareFilter.js"
 
 export type Polarity = "light" | "dark"
 
@@ -25,15 +25,6 @@ export const INK_CONTRAST = 96
 
 /** The square's side, as a share of the frame's shorter side: wider than a caption stroke. */
 const WINDOW_SHARE = 1 / 24
-
-export interface Picture {
-  readonly width: number
-  readonly height: number
-  /** One byte a pixel, row by row. */
-  readonly pixels: Uint8Array
-  /** Three bytes a pixel (red, green, blue), row by row, when the frame was read in colour. */
-  readonly colour?: Uint8Array
-}
 
 /** Reads a binary PPM (P6, colour: the value channel) or PGM (P5, grey) with 8-bit samples; null otherwise. */
 export const readNetpbm = (file: Uint8Array): Picture | null => {

@@ -2,7 +2,15 @@
  * The darkest or brightest pixel around each pixel of a picture (a square min or max filter),
  * in time independent of the square's size: what CaptionInk.ts measures a pixel's contrast against.
  */
-import type { Picture } from "./CaptionInk.js"
+/** A frame as the reader sees it. */
+export interface Picture {
+  readonly width: number
+  readonly height: number
+  /** One byte a pixel, row by row. */
+  readonly pixels: Uint8Array
+  /** Three bytes a pixel (red, green, blue), row by row, when the frame was read in colour. */
+  readonly colour?: Uint8Array
+}
 
 /**
  * The darkest sample over a window of `2r + 1` along each row (van Herk / Gil-Werman: three passes,
