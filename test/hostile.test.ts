@@ -494,6 +494,36 @@ describe("the substring fallback (a q with no searchable word)", () => {
       await narrow.close()
     }
   }, 60_000)
+
+  test("a common pattern walks on past the first window, then the index finds the older matches, in order and once each", async () => {
+    // A walk window of 50: a first window of 10 entries, a longer walk of up to 200 when the first
+    // window's matches say the page fills within 100 more, then the trigram index.
+    const narrow = await startTestServer({ SEARCH_WALK_WINDOW: "50", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
+    try {
+      const { key } = await narrow.account({ plan: "pro", monthly_balance: 20 })
+      const matches = (i: number) => (i < 10 && i % 2 === 0) || (i >= 10 && i < 210 && i % 10 === 5) || (i >= 230 && i % 7 === 0)
+      const records = Array.from({ length: 300 }, (_, i) => ({
+        text: matches(i) ? `Hook ${i}: the story of a stranger` : `Hook ${i}: plain words only`,
+        platform: "tiktok",
+        source_url: `https://walk.example/${i}`,
+        published_at: new Date(Date.UTC(2026, 0, 1) - i * 3_600_000).toISOString()
+      }))
+      const imported = await narrow.admin("/admin/catalog/hooks", {
+        method: "POST",
+        headers: { "content-type": "application/x-ndjson" },
+        rawBody: records.map((record) => JSON.stringify(record)).join("\n")
+      })
+      expect(imported.status).toBe(200)
+      const page = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("OF A")}`, { key })
+      expect(page.status).toBe(200)
+      const expected = records.filter((_, i) => matches(i)).map((record) => record.text)
+      expect(expected).toHaveLength(35)
+      expect(page.body.data.map((hook) => hook.text)).toEqual(expected)
+      expect(page.body.has_more).toBe(false)
+    } finally {
+      await narrow.close()
+    }
+  }, 60_000)
 })
 
 describe("the in-process rate limit store", () => {
