@@ -16,7 +16,8 @@ export const catalogVersionSql = "SELECT version FROM catalog_state"
 
 /**
  * $1 normalised query, $2 after_k1, $3 after_k2, $4 after_id (all three null for the first page),
- * $5 rows wanted, $6 walk window (see hook_search_page).
+ * $5 rows wanted, $6 walk window (see hook_search_page). A query with no searchable word gets
+ * substring matches instead (hook_substring_page, migrations/0006_substring_search.ts), k1 null.
  */
 export const searchPageSql = `
   SELECT p.k1, p.k2, ${leanColumns}
@@ -121,19 +122,6 @@ export const upsertStagedHooksSql = `
     RETURNING (xmax = 0) AS inserted
   )
   SELECT count(*) FILTER (WHERE inserted)::int AS inserted FROM written`
-
-/** $1 normalised query: true when it has a word full-text search can match (else the substring fallback). */
-export const hasSearchableWordSql = "SELECT numnode(plainto_tsquery('english', $1::text)) > 0 AS searchable"
-
-/**
- * The substring fallback (migrations/0006_substring_search.ts): $1 normalised query, $2 after_k2,
- * $3 after_id (both null for the first page), $4 rows wanted, $5 walk window.
- */
-export const substringPageSql = `
-  SELECT p.k1, p.k2, ${leanColumns}
-    FROM hook_substring_page($1::text, $2::bigint, $3::text, $4::integer, $5::integer) WITH ORDINALITY AS p(id, k1, k2, ord)
-    JOIN hooks h ON h.id = p.id
-   ORDER BY p.ord`
 
 /**
  * The hooks nearest to a line (migrations/0012_hook_neighbours.ts, src/Hooks/NeighbourRule.ts):

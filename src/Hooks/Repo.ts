@@ -16,7 +16,6 @@ import {
   catalogVersionSql,
   categoryExistsSql,
   createImportStagingSql,
-  hasSearchableWordSql,
   hookColumnParams,
   hookSql,
   lexemesParameter,
@@ -24,13 +23,12 @@ import {
   neighboursSql,
   searchPageSql,
   stageHooksSql,
-  substringPageSql,
   upsertHooksSql,
   upsertStagedHooksSql
 } from "./CatalogSql.js"
 import { CatalogConfig } from "./Config.js"
 import type { HookRecord } from "./HookRecord.js"
-import { type NeighbourBounds, neighbourBounds } from "./NeighbourRule.js"
+import { type NeighbourBounds, neighbourBounds, type NeighbourRow } from "./NeighbourRule.js"
 
 /** A HookLean as the database returns it: published_at is a Date there, not an ISO string. */
 export const LeanRow = Schema.Struct({ ...HookLean.fields, published_at: Schema.NullOr(Schema.Date) })
@@ -96,7 +94,6 @@ const decodeNeighbourRows = rowsOf(
 const decodeRichRows = rowsOf(RichRow)
 const decodeCategories = rowsOf(HookCategory)
 const decodeFound = rowsOf(Schema.Struct({ found: Schema.Boolean }))
-const decodeSearchable = rowsOf(Schema.Struct({ searchable: Schema.Boolean }))
 const decodeVersion = rowsOf(Schema.Struct({ version: Schema.Number }))
 const decodeInserted = rowsOf(Schema.Struct({ inserted: Schema.Boolean }))
 const decodeInsertedCount = rowsOf(Schema.Struct({ inserted: Schema.Number }))
@@ -141,17 +138,9 @@ const statements = (sql: SqlClient.SqlClient) => {
     /** Bumped by every write to the catalog: cached pages of an older version are stale. */
     catalogVersion: () => Effect.map(read(decodeVersion, catalogVersionSql, []), (rows) => rows[0]?.version ?? 0),
 
-    /** Whether Postgres's English parser finds a word to search for in `query` (else the substring fallback runs). */
-    hasSearchableWord: (query: string) =>
-      Effect.map(read(decodeSearchable, hasSearchableWordSql, [query]), (rows) => rows[0]?.searchable === true),
-
-    /** Ranked full-text matches, in rank order (hook_search_page). */
+    /** Ranked full-text matches in rank order, or substring matches for a query with no searchable word (hook_search_page). */
     searchPage: ({ after: [k1, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
       readPage(decodeSearchRows, searchPageSql, [query, k1, k2, id, rows, walkWindow]),
-
-    /** Substring matches for a query with no searchable word, bounded by the trigram index (hook_substring_page). */
-    substringPage: ({ after: [, k2, id], query, rows, walkWindow }: SearchPageRequest) =>
-      readPage(decodeSearchRows, substringPageSql, [query, k2, id, rows, walkWindow]),
 
     /** A category's hooks, newest first. */
     listPage: ({ after: [k2, id], category, rows }: ListPageRequest) => readPage(decodeListRows, listPageSql, [category, k2, id, rows]),
@@ -189,6 +178,40 @@ const importStatements = (sql: SqlClient.SqlClient) => ({
     Effect.flatMap(sql.unsafe(upsertStagedHooksSql), (rows) => Effect.map(decodeInsertedCount(rows), (counted) => counted[0]?.inserted ?? 0))
 })
 
+/** The catalog's statements, as HookCatalog, CatalogImport, the demo seed and the tests' in-memory twin (RepoMemory.ts) use them. */
+export interface CatalogRepoService {
+  /** Every category, by name then slug. */
+  readonly categories: Effect.Effect<ReadonlyArray<HookCategory>>
+  /** Replaces the category list in one transaction (hooks keep their category slug even when it is removed). */
+  readonly replaceCategories: (input: ReadonlyArray<HookCategory>) => Effect.Effect<void>
+  /** Adds categories and renames those already there (nothing is removed; a batch must not repeat a slug). */
+  readonly mergeCategories: (input: ReadonlyArray<HookCategory>) => Effect.Effect<void>
+  readonly categoryExists: (slug: string) => Effect.Effect<boolean>
+  /** Moved on by every write to the hooks: a page cached at an older version is stale. */
+  readonly catalogVersion: Effect.Effect<number>
+  /** Ranked full-text matches, or substring matches for a query with no searchable word; under SEARCH_TIMEOUT. */
+  readonly searchPage: (request: SearchPageRequest) => Effect.Effect<ReadonlyArray<SearchRow>, ServiceUnavailable>
+  /** A category's hooks, newest first; under SEARCH_TIMEOUT. */
+  readonly listPage: (request: ListPageRequest) => Effect.Effect<ReadonlyArray<ListRow>, ServiceUnavailable>
+  /** The hooks nearest to a line's lexemes, nearest first (NeighbourRule.ts); under SEARCH_TIMEOUT. */
+  readonly neighbours: (
+    lexemes: ReadonlyArray<string>,
+    rows: number,
+    bounds?: NeighbourBounds
+  ) => Effect.Effect<ReadonlyArray<NeighbourRow>, ServiceUnavailable>
+  readonly findHook: (id: string) => Effect.Effect<Option.Option<RichRow>>
+  /** Inserts or updates hooks in one statement (a batch must not repeat an id); counts both. */
+  readonly upsertHooks: (records: ReadonlyArray<HookRecord>) => Effect.Effect<{ readonly inserted: number; readonly updated: number }>
+  /** Fresh planner statistics on the catalog's tables, after a bulk write. */
+  readonly analyzeCatalog: () => Effect.Effect<void>
+  /** A bulk import's staging table, in the import's transaction (dropped when it commits). */
+  readonly createImportStaging: () => Effect.Effect<void>
+  /** Stages a batch; `seq`: the position of its first record in the import, so the last of several with one id wins. */
+  readonly stageHooks: (records: ReadonlyArray<HookRecord>, seq: number) => Effect.Effect<void>
+  /** Writes the staged records to the catalog; how many ids were new. */
+  readonly upsertStagedHooks: () => Effect.Effect<number>
+}
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const config = yield* CatalogConfig
@@ -209,19 +232,25 @@ const make = Effect.gen(function*() {
   const searchDeadline = underDeadline("search", "try more specific words.")
   const listDeadline = underDeadline("list", "retry in a moment.")
 
-  return {
-    ...bounded,
+  return CatalogRepo.of({
+    replaceCategories: bounded.replaceCategories,
+    mergeCategories: bounded.mergeCategories,
+    categoryExists: bounded.categoryExists,
+    findHook: bounded.findHook,
+    upsertHooks: bounded.upsertHooks,
+    analyzeCatalog: bounded.analyzeCatalog,
+    createImportStaging: bounded.createImportStaging,
+    stageHooks: bounded.stageHooks,
+    upsertStagedHooks: bounded.upsertStagedHooks,
     categories: bounded.categories(),
     catalogVersion: bounded.catalogVersion(),
-    searchPage: (request: SearchPageRequest) => searchDeadline(bounded.searchPage(request)),
-    substringPage: (request: SearchPageRequest) => searchDeadline(bounded.substringPage(request)),
-    listPage: (request: ListPageRequest) => listDeadline(bounded.listPage(request)),
-    neighbours: (lexemes: ReadonlyArray<string>, rows: number, bounds: NeighbourBounds = neighbourBounds) =>
-      searchDeadline(bounded.neighbours(lexemes, rows, bounds, config.searchWalkWindow))
-  } as const
+    searchPage: (request) => searchDeadline(bounded.searchPage(request)),
+    listPage: (request) => listDeadline(bounded.listPage(request)),
+    neighbours: (lexemes, rows, bounds = neighbourBounds) => searchDeadline(bounded.neighbours(lexemes, rows, bounds, config.searchWalkWindow))
+  })
 })
 
-export class CatalogRepo extends Context.Service<CatalogRepo, Effect.Success<typeof make>>()("hookline/CatalogRepo") {
+export class CatalogRepo extends Context.Service<CatalogRepo, CatalogRepoService>()("hookline/CatalogRepo") {
   /** Needs SqlClient and the catalog's configuration from outside. */
   static readonly layer = Layer.effect(CatalogRepo, make)
 }

@@ -12,8 +12,8 @@
  *   no stemming and no stop words: a hook matches when it holds every word of the query, k1 is how
  *   many times the query's words occur in it, ordered (k1, sort_ms, id) descending. PostgreSQL ranks
  *   several words with ts_rank; for one word that is neither stemmed nor a stop word both agree.
- *   `hasSearchableWord` is true when the query has a letter or digit (PostgreSQL: a word that is not
- *   a stop word).
+ *   The substring fallback runs for a query with no letter or digit (PostgreSQL: with no word that
+ *   is not a stop word).
  * - The catalog version grows by one per write to the hooks (the triggers may add more); callers
  *   only compare it with an earlier value.
  * - Import staging lives from createImportStaging until the next one (PostgreSQL drops the table
@@ -183,12 +183,7 @@ const pageStatements = (state: MemoryCatalogState) => {
       }))
     })
 
-  return {
-    hasSearchableWord: (query: string) => Effect.sync(() => wordsOf(query).length > 0),
-    searchPage,
-    substringPage: (request: SearchPageRequest) => Effect.sync(() => substringRows(request)),
-    listPage
-  }
+  return { searchPage, listPage }
 }
 
 /** The nearest hooks to a line, by NeighbourRule.ts on each hook's lexemes. */
