@@ -4,7 +4,7 @@
  * Read-only; the statements that move money are LedgerRepo's.
  */
 import { Context, Effect, Layer, Option, Schema } from "effect"
-import { SqlClient, type Statement } from "effect/sql"
+import { SqlClient, type SqlConnection, type Statement } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { TransactionReferenceKind, type TransactionParams, TransactionType, type UsageGroupBy } from "./Api.js"
 import { Bucket } from "./Domain.js"
@@ -109,6 +109,7 @@ export const UsageRow = Schema.Struct({
   expired: Schema.Number,
   net: Schema.Number
 })
+export type UsageRow = typeof UsageRow.Type
 
 /** The one query behind a usage summary (bench/usage.ts explains it as it is). */
 export const usageStatement = (sql: SqlClient.SqlClient, accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) => {
@@ -132,25 +133,38 @@ export const usageStatement = (sql: SqlClient.SqlClient, accountId: string, from
      ORDER BY 1`
 }
 
+/** The Ledger's reports, as CreditHistory, Usage, the usage benchmark and the tests' in-memory twin use them. */
+export interface HistoryRepoService {
+  /** Up to `limit + 1` history rows after `after`, newest first (one more: there is a next page). */
+  readonly historyPage: (
+    accountId: string,
+    filters: Filters,
+    after: Option.Option<Position>,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<HistoryRow>>
+  /** The usage rows of [from, to), one per group. */
+  readonly usageRows: (accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) => Effect.Effect<ReadonlyArray<UsageRow>>
+  /** The usage statement itself, not run: for EXPLAIN (bench/usage.ts). */
+  readonly usageStatement: (accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) => Statement.Statement<SqlConnection.Row>
+}
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const decodeHistory = Schema.decodeUnknownEffect(Schema.Array(HistoryRow))
   const decodeUsage = Schema.decodeUnknownEffect(Schema.Array(UsageRow))
   const statements = atRepoBoundary("HistoryRepo", {
-    /** Up to `limit + 1` history rows after `after`, newest first (one more: there is a next page). */
     historyPage: (accountId: string, filters: Filters, after: Option.Option<Position>, limit: number) =>
       Effect.flatMap(historyPage(sql, accountId, filters, after, limit), decodeHistory),
-    /** The usage rows of [from, to), one per group. */
     usageRows: (accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) =>
       Effect.flatMap(usageStatement(sql, accountId, from, to, groupBy), decodeUsage)
   })
-  return {
-    ...statements,
-    /** The usage statement itself, not run: for EXPLAIN (bench/usage.ts). */
-    usageStatement: (accountId: string, from: Date, to: Date, groupBy: UsageGroupBy) => usageStatement(sql, accountId, from, to, groupBy)
-  }
+  return HistoryRepo.of({
+    historyPage: statements.historyPage,
+    usageRows: statements.usageRows,
+    usageStatement: (accountId, from, to, groupBy) => usageStatement(sql, accountId, from, to, groupBy)
+  })
 })
 
-export class HistoryRepo extends Context.Service<HistoryRepo, Effect.Success<typeof make>>()("hookline/HistoryRepo") {
+export class HistoryRepo extends Context.Service<HistoryRepo, HistoryRepoService>()("hookline/HistoryRepo") {
   static readonly layer = Layer.effect(HistoryRepo, make)
 }

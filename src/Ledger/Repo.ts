@@ -8,13 +8,13 @@
  * the boundary, and every statement has its span. The Ledger service decides; this file only
  * moves money as told. RepoMemory.ts offers the same methods in memory, for tests without a database.
  */
-import { Context, Effect, Layer, Schema } from "effect"
-import { SqlClient, SqlSchema } from "effect/sql"
+import { Context, Effect, Layer, type Option, Schema } from "effect"
+import { SqlClient, type SqlError, SqlSchema } from "effect/sql"
 import { newId } from "../Ids.js"
 import { atRepoBoundary, currentDate } from "../Repository.js"
 import { Bucket, maxBalance, Operation } from "./Domain.js"
-import { budgetStatements } from "./RepoBudgets.js"
-import { grantStatements } from "./RepoGrants.js"
+import { type BudgetStatements, budgetStatements } from "./RepoBudgets.js"
+import { type GrantStatements, grantStatements } from "./RepoGrants.js"
 import { debitStatement, resolveStatement, rolloverStatement, timeParameter } from "./RepoSql.js"
 
 const AccountId = Schema.String
@@ -194,20 +194,44 @@ const holdStatements = (sql: SqlClient.SqlClient) => {
   }
 }
 
+/** The statements on the money tables, as the Ledger, its services and the tests' in-memory twin (RepoMemory.ts) use them. */
+export interface LedgerRepoService extends GrantStatements, BudgetStatements {
+  readonly findWallet: (accountId: string) => Effect.Effect<Option.Option<typeof WalletRow.Type>>
+  /** Ends the monthly periods that are over, for every wallet (null) or one; how many rolled over. */
+  readonly rollOver: (accountId: string | null) => Effect.Effect<number>
+  /** An empty wallet; its monthly period starts now when the account has a monthly grant. */
+  readonly openWallet: (period: typeof NewPeriod.Type) => Effect.Effect<void>
+  /** A new monthly period from now: unused monthly credits expire and `monthlyGrant` is credited. */
+  readonly startNewPeriod: (period: typeof NewPeriod.Type) => Effect.Effect<void>
+  /** Takes the amount into a pending hold, or tells why not (DebitRow); None: no wallet. */
+  readonly reserveHold: (debit: typeof HoldDebit.Type) => Effect.Effect<Option.Option<DebitRow>>
+  /** Takes the amount at once, with no hold, or tells why not (DebitRow); None: no wallet. */
+  readonly chargeAtOnce: (debit: typeof Debit.Type) => Effect.Effect<Option.Option<DebitRow>>
+  /** Posts `charge` of a pending hold and releases the rest; None when it was not pending. */
+  readonly settleHold: (resolve: typeof Resolve.Type) => Effect.Effect<Option.Option<ResolveRow>>
+  readonly refundHold: (holdId: string) => Effect.Effect<Option.Option<ResolveRow>>
+  readonly voidHold: (holdId: string) => Effect.Effect<Option.Option<ResolveRow>>
+  /** Up to `limit` pending holds past their expiry, oldest expiry first. */
+  readonly expiredHoldIds: (limit: number) => Effect.Effect<ReadonlyArray<string>>
+  /** The first refusal since a grant sends wallet.depleted. */
+  readonly noteDepleted: (accountId: string) => Effect.Effect<void>
+  /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
+  readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError.SqlError, R>
+}
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  return {
+  return LedgerRepo.of({
     ...atRepoBoundary("LedgerRepo", {
       ...walletStatements(sql),
       ...holdStatements(sql),
       ...grantStatements(sql),
       ...budgetStatements(sql)
     }),
-    /** Runs `effect` in one transaction (or as a savepoint in the caller's). */
     withTransaction: sql.withTransaction
-  }
+  })
 })
 
-export class LedgerRepo extends Context.Service<LedgerRepo, Effect.Success<typeof make>>()("hookline/LedgerRepo") {
+export class LedgerRepo extends Context.Service<LedgerRepo, LedgerRepoService>()("hookline/LedgerRepo") {
   static readonly layer = Layer.effect(LedgerRepo, make)
 }

@@ -3,7 +3,7 @@
  * limit, reading its spend in the current period, and noting a refusal by its limit. The
  * counting itself is in the debit and resolve statements (RepoSql.ts), under the wallet's lock.
  */
-import { Effect, Schema } from "effect"
+import { Effect, type Option, Schema } from "effect"
 import { type SqlClient, SqlSchema } from "effect/sql"
 import { currentDate } from "../Repository.js"
 import { timeParameter } from "./RepoSql.js"
@@ -18,6 +18,16 @@ export const KeyBudgetRow = Schema.Struct({
 export type KeyBudgetRow = typeof KeyBudgetRow.Type
 
 const SpendLimit = Schema.Struct({ keyId: Schema.String, spendLimit: Schema.NullOr(Schema.Int) })
+
+/** LedgerRepo's statements on key budgets, past its boundary (Repo.ts). */
+export interface BudgetStatements {
+  /** Sets (or with null removes) a key's limit; None when no such key. What it spent stays counted. */
+  readonly setSpendLimit: (limit: typeof SpendLimit.Type) => Effect.Effect<Option.Option<{ readonly id: string }>>
+  /** The key's limit and its spend in the current period of its account (0 when it has not spent in it). */
+  readonly findKeyBudget: (keyId: string) => Effect.Effect<Option.Option<KeyBudgetRow>>
+  /** Notes a refusal by the key's limit: the first in a period sends key.spend_limit_reached. */
+  readonly noteSpendLimitReached: (keyId: string) => Effect.Effect<void>
+}
 
 export const budgetStatements = (sql: SqlClient.SqlClient) => {
   /** Sets (or with null removes) a key's limit; None when no such key. What it spent stays counted. */

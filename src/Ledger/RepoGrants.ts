@@ -4,7 +4,7 @@
  * grants that are due, and listing the live ones. Each writes under the wallet row's lock, as
  * every statement on the money tables does (Repo.ts), and journals every balance change.
  */
-import { Effect, Schema } from "effect"
+import { Effect, type Option, Schema } from "effect"
 import { type SqlClient, SqlSchema } from "effect/sql"
 import { newId } from "../Ids.js"
 import { currentDate } from "../Repository.js"
@@ -36,6 +36,25 @@ export const TopupGrantRow = Schema.Struct({
 export type TopupGrantRow = typeof TopupGrantRow.Type
 
 const GrantPage = Schema.Struct({ accountId: Schema.String, limit: Schema.Int })
+
+/** LedgerRepo's statements on grants, past its boundary (Repo.ts). */
+export interface GrantStatements {
+  /**
+   * Credits one bucket, journaled. `found` 0: no wallet; `overflow` 1: a balance would pass
+   * maxBalance; `granted` 0 otherwise: the reference was credited before. Nothing changed in all three.
+   */
+  readonly grant: (grant: typeof Grant.Type) => Effect.Effect<typeof GrantRow.Type>
+  /** The admin grant credited under the account's billing reference. */
+  readonly findGrantByReference: (
+    reference: { readonly accountId: string; readonly referenceId: string }
+  ) => Effect.Effect<Option.Option<typeof EarlierGrant.Type>>
+  /** Expires the account's top-up grants that are due; how many. */
+  readonly expireGrants: (accountId: string) => Effect.Effect<number>
+  /** Up to `limit` accounts with a top-up grant due to expire, soonest first. */
+  readonly accountsWithGrantsDue: (limit: number) => Effect.Effect<ReadonlyArray<string>>
+  /** Up to `limit` live top-up grants (credits left, not expired), in the order they are spent. */
+  readonly liveGrants: (accountId: string, limit: number) => Effect.Effect<ReadonlyArray<TopupGrantRow>>
+}
 
 /** Crediting a bucket, and reading a grant back by its billing reference. */
 const creditStatements = (sql: SqlClient.SqlClient) => {
