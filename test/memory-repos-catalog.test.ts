@@ -12,7 +12,7 @@
  *   claim, replay, expiry, takeover and sweep.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { ConfigProvider, Duration, Effect, Exit, Layer, ManagedRuntime, Option, References } from "effect"
+import { type Config, ConfigProvider, Duration, Effect, Exit, Layer, ManagedRuntime, Option, References } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
@@ -23,7 +23,7 @@ import { HookCatalog } from "../src/Hooks/HookCatalog.js"
 import type { HookRecord } from "../src/Hooks/HookRecord.js"
 import { CatalogRepo, type SearchPageRequest } from "../src/Hooks/Repo.js"
 import { type CatalogSeed, makeCatalogRepoInMemory, type MemoryCatalogState } from "../src/Hooks/RepoMemory.js"
-import { type Claim, Idempotency, type KeyRequest, type StoredAnswer } from "../src/Idempotency/Idempotency.js"
+import { type Claim, Idempotency, IdempotencyConfig, type KeyRequest, type StoredAnswer } from "../src/Idempotency/Idempotency.js"
 import { IdempotencyRepo } from "../src/Idempotency/Repo.js"
 import { idempotencyKeyOf, makeIdempotencyRepoInMemory, type MemoryIdempotencyState } from "../src/Idempotency/RepoMemory.js"
 import { Ledger } from "../src/Ledger/Ledger.js"
@@ -612,18 +612,23 @@ describe("HookCatalog over the memory catalog", () => {
   })
 })
 
-/** Runs `body` with Idempotency over an in-memory key store, the clock at `start`; answers its exit and the store's state. */
-const runKeys = <A, E>(body: (store: Idempotency["Service"], state: MemoryIdempotencyState) => Effect.Effect<A, E>) => {
+type IdempotencySettings = Config.Success<typeof IdempotencyConfig>
+
+/**
+ * Runs `body` with Idempotency over an in-memory key store, the clock at `start`, and the settings
+ * the service read; answers its exit and the store's state.
+ */
+const runKeys = <A, E>(body: (store: Idempotency["Service"], state: MemoryIdempotencyState, settings: IdempotencySettings) => Effect.Effect<A, E>) => {
   const memory = makeIdempotencyRepoInMemory()
   const program = Effect.gen(function*() {
     yield* TestClock.setTime(start)
-    return yield* body(yield* Idempotency, memory.state)
+    return yield* body(yield* Idempotency, memory.state, yield* IdempotencyConfig)
   }).pipe(
     Effect.provide(Layer.mergeAll(
       Idempotency.layerWithoutDependencies.pipe(Layer.provide(memory.layer)),
       TestClock.layer(),
       Layer.succeed(References.MinimumLogLevel, "Error")
-    ).pipe(Layer.provide(serviceConfig())))
+    ).pipe(Layer.provideMerge(serviceConfig())))
   )
   return Effect.runPromise(Effect.exit(program)).then((exit) => ({ exit, state: memory.state }))
 }
@@ -680,9 +685,9 @@ describe("Idempotency over the memory key store", () => {
   })
 
   test("an answer is replayed until IDEMPOTENCY_KEY_TTL has passed; then the key runs a new request", async () => {
-    const { exit } = await runKeys((store) =>
+    const { exit } = await runKeys((store, _state, settings) =>
       Effect.gen(function*() {
-        const ttl = Duration.toMillis(store.config.keyTtl)
+        const ttl = Duration.toMillis(settings.keyTtl)
         yield* store.complete("acct_a", "key-1", ownerOf(yield* store.claim(keyRequest())), answer)
         yield* later(ttl - 1)
         const before = yield* store.claim(keyRequest())
@@ -694,9 +699,9 @@ describe("Idempotency over the memory key store", () => {
   })
 
   test("a claim heart-beaten stays its owner's; one silent for the lock timeout is taken over by the same request, and its late answer refused", async () => {
-    const { exit } = await runKeys((store) =>
+    const { exit } = await runKeys((store, _state, settings) =>
       Effect.gen(function*() {
-        const lock = Duration.toMillis(store.config.lockTimeout)
+        const lock = Duration.toMillis(settings.lockTimeout)
         const first = ownerOf(yield* store.claim(keyRequest()))
         yield* later(lock - 1)
         yield* store.heartbeat("acct_a", "key-1", first)
@@ -731,10 +736,10 @@ describe("Idempotency over the memory key store", () => {
   })
 
   test("the sweep deletes expired answers at once, an expired claim only once its lock has timed out, and no live key", async () => {
-    const { exit, state } = await runKeys((store, keys) =>
+    const { exit, state } = await runKeys((store, keys, settings) =>
       Effect.gen(function*() {
-        const ttl = Duration.toMillis(store.config.keyTtl)
-        const lock = Duration.toMillis(store.config.lockTimeout)
+        const ttl = Duration.toMillis(settings.keyTtl)
+        const lock = Duration.toMillis(settings.lockTimeout)
         yield* store.complete("acct_a", "answered", ownerOf(yield* store.claim(keyRequest({ key: "answered" }))), answer)
         const running = ownerOf(yield* store.claim(keyRequest({ key: "running" })))
         yield* later(ttl - 5_000)

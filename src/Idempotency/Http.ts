@@ -27,7 +27,7 @@
  * effect adds with `addAnswerHeaders` (Headers.ts); any other header it appends (a Retry-After
  * on an error) reaches this response only.
  */
-import { Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema } from "effect"
+import { Effect, Exit, Fiber, Layer, Option, Schema } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import type { HttpApiEndpoint } from "effect/http-api"
 import { CurrentCaller } from "../Auth/Api.js"
@@ -37,7 +37,7 @@ import { sha256Hex } from "../Ids.js"
 import { recordOutcomeUnknown } from "../Observability/Metrics.js"
 import { idempotencyKeyPattern, idempotencyKeyRule, IdempotencyKeys, IdempotentEndpoint } from "./Api.js"
 import { AnswerHeaders, StoreAnswer } from "./Headers.js"
-import { type Claim, Idempotency, type KeyRequest, type Outcome, type StoredAnswer } from "./Idempotency.js"
+import { Idempotency, type KeyRequest, type Outcome, type StoredAnswer } from "./Idempotency.js"
 
 /** Each idempotent endpoint's success codec, made once. */
 const endpoints = new WeakMap<HttpApiEndpoint.Top, IdempotentEndpoint["Service"]>()
@@ -129,11 +129,8 @@ export const idempotent = <A, E, R>(
       requestId: yield* RequestId
     }
 
-    // A repeat waits for a first request still running, looking again after 1, 2, 4, 8, then every 10 poll intervals.
-    const claim = yield* store.claim(keyRequest).pipe(Effect.repeat({
-      schedule: Schedule.min([Schedule.exponential(store.config.pollInterval), Schedule.spaced(Duration.times(store.config.pollInterval, 10))]),
-      while: (found: Claim) => found._tag === "InProgress"
-    }))
+    // A repeat waits for a first request still running.
+    const claim = yield* store.claimOrWait(keyRequest)
     switch (claim._tag) {
       case "Mismatch":
         return yield* mismatch(claim.method, claim.path)
@@ -203,11 +200,7 @@ const runAsOwner = <A, E, R>(
       })
 
     const attempt = Effect.gen(function*() {
-      const heartbeat = yield* store.heartbeat(keyRequest.scope, keyRequest.key, owner).pipe(
-        Effect.delay(Duration.divideUnsafe(store.config.lockTimeout, 3)),
-        Effect.forever,
-        Effect.forkChild
-      )
+      const heartbeat = yield* Effect.forkChild(store.keepAlive(keyRequest.scope, keyRequest.key, owner))
       const headers: Record<string, string> = {}
       const storeAnswer = (value: unknown) =>
         Effect.gen(function*() {

@@ -130,6 +130,31 @@ const resolveInBackground = (
     Effect.asVoid
   )
 
+/** What the key store offers: a key's claim, kept alive while its request runs, then its answer or its release. */
+export interface IdempotencyService {
+  /** One attempt to claim `request.key`; otherwise what the key holds now. */
+  readonly claim: (request: KeyRequest) => Effect.Effect<Claim>
+  /**
+   * Claims `request.key`, waiting while its first request runs (looking again after 1, 2, 4, 8,
+   * then every 10 IDEMPOTENCY_POLL_INTERVALs): never answers InProgress.
+   */
+  readonly claimOrWait: (request: KeyRequest) => Effect.Effect<Claim>
+  /** Keeps `owner`'s claim alive once; a row its own transaction holds (completing it) needs none. */
+  readonly heartbeat: (scope: string, key: string, owner: string) => Effect.Effect<void>
+  /** Heart-beats `owner`'s claim every third of IDEMPOTENCY_LOCK_TIMEOUT, until interrupted. */
+  readonly keepAlive: (scope: string, key: string, owner: string) => Effect.Effect<never>
+  /** Stores the answer; false when the claim was lost (taken over after a stall). */
+  readonly complete: (scope: string, key: string, owner: string, answer: StoredAnswer) => Effect.Effect<boolean>
+  /** Frees the key after a failed attempt, so a retry runs the request again; false when it was not held by `owner` any more. */
+  readonly release: (scope: string, key: string, owner: string) => Effect.Effect<boolean>
+  /** Whether a run that stored its answer in its own transaction, then lost its connection, committed (Unknown while that cannot be told). */
+  readonly outcomeOf: (request: KeyRequest, owner: string) => Effect.Effect<Outcome>
+  /** Keeps asking for an unknown outcome in the background until it is known. */
+  readonly resolveLater: (request: KeyRequest, owner: string) => Effect.Effect<void>
+  /** Deletes expired keys in batches; how many. */
+  readonly sweepExpired: Effect.Effect<number>
+}
+
 const make = Effect.gen(function*() {
   const repo = yield* IdempotencyRepo
   const config = yield* IdempotencyConfig
@@ -140,7 +165,6 @@ const make = Effect.gen(function*() {
   const ttl = Duration.toSeconds(config.keyTtl)
   const lock = Duration.toSeconds(config.lockTimeout)
 
-  /** One attempt to claim `request.key`; otherwise what the row holds now. */
   const claim = (request: KeyRequest) =>
     Effect.gen(function*() {
       const owner = randomToken(12)
@@ -159,10 +183,18 @@ const make = Effect.gen(function*() {
       return Option.isSome(answer) ? { _tag: "Completed", answer: answer.value } satisfies Claim : { _tag: "InProgress" } satisfies Claim
     })
 
-  /** Keeps `owner`'s claim alive; a row its own transaction holds (completing it) needs none. */
+  const claimOrWait = (request: KeyRequest) =>
+    claim(request).pipe(Effect.repeat({
+      schedule: Schedule.min([Schedule.exponential(config.pollInterval), Schedule.spaced(Duration.times(config.pollInterval, 10))]),
+      while: (found: Claim) => found._tag === "InProgress"
+    }))
+
   const heartbeat = (scope: string, key: string, owner: string) => orHeld(repo.touchClaim(scope, key, owner), undefined)
 
-  /** Stores the answer; false when the claim was lost (taken over after a stall). */
+  // Three beats a lock timeout: one late beat does not lose the claim.
+  const keepAlive = (scope: string, key: string, owner: string) =>
+    heartbeat(scope, key, owner).pipe(Effect.delay(Duration.divideUnsafe(config.lockTimeout, 3)), Effect.forever)
+
   const complete = (scope: string, key: string, owner: string, answer: StoredAnswer) =>
     repo.completeKey({
       scope,
@@ -173,7 +205,6 @@ const make = Effect.gen(function*() {
       sealedBody: sealer.seal(answer.body, bindingOf(scope, key))
     }).pipe(Effect.map(Option.isSome))
 
-  /** Frees the key after a failed attempt, so a retry runs the request again; false when it was not held by `owner` any more. */
   const release = (scope: string, key: string, owner: string) => repo.releaseKey(scope, key, owner)
 
   /**
@@ -193,16 +224,14 @@ const make = Effect.gen(function*() {
       return Option.match(answer, { onNone: () => notCommitted, onSome: (stored): Outcome => ({ _tag: "Committed", answer: stored }) })
     }).pipe(Effect.catchDefect(() => Effect.succeed(unknown)))
 
-  /** Keeps asking for an unknown outcome in the background until it is known. */
   const resolveLater = (request: KeyRequest, owner: string) => resolveInBackground(outcomeOf(request, owner), request, config, scope)
 
-  /** Deletes expired keys in batches; returns how many. */
   const sweepExpired = repo.sweepExpired(lock)
 
-  return { config, claim, heartbeat, complete, release, outcomeOf, resolveLater, sweepExpired } as const
+  return Idempotency.of({ claim, claimOrWait, heartbeat, keepAlive, complete, release, outcomeOf, resolveLater, sweepExpired })
 })
 
-export class Idempotency extends Context.Service<Idempotency, Effect.Success<typeof make>>()("hookline/Idempotency") {
+export class Idempotency extends Context.Service<Idempotency, IdempotencyService>()("hookline/Idempotency") {
   /** Takes its IdempotencyRepo from the caller (the in-memory one in a test). */
   static readonly layerWithoutDependencies = Layer.effect(Idempotency, make).pipe(Layer.provide(Secrets.layer))
   /** With its repository; needs SqlClient from outside. */
@@ -213,11 +242,12 @@ export class Idempotency extends Context.Service<Idempotency, Effect.Success<typ
 export const IdempotencySweeperLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const store = yield* Idempotency
+    const { sweepInterval } = yield* IdempotencyConfig
     const sweep = store.sweepExpired.pipe(
       Effect.tap((deleted) => deleted > 0 ? Effect.logDebug("swept idempotency keys").pipe(Effect.annotateLogs({ deleted })) : Effect.void),
       Effect.catchCause(logBackgroundFailure("idempotency key sweep failed")),
       Effect.withSpan("Idempotency.sweep")
     )
-    yield* sweep.pipe(Effect.repeat(Schedule.spaced(store.config.sweepInterval)), Effect.forkScoped)
+    yield* sweep.pipe(Effect.repeat(Schedule.spaced(sweepInterval)), Effect.forkScoped)
   })
 )

@@ -8,7 +8,7 @@
  * its server with its COMMIT unseen), then fail with lock_not_available (`isKeyHeld`): such a
  * transaction may hold the row for as long as PostgreSQL keeps its session, and a request must not.
  */
-import { Config, Context, Duration, Effect, Layer, Schema } from "effect"
+import { Config, Context, Duration, Effect, Layer, type Option, Schema } from "effect"
 import { SqlClient, SqlError, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { commitWithoutFlush } from "../Sql.js"
@@ -166,6 +166,26 @@ const deleteExpiredBatch = (sql: SqlClient.SqlClient) =>
         SELECT count(*)::int AS n FROM gone`
   })
 
+/**
+ * The statements on `idempotency_keys`, as the Idempotency service and the tests' in-memory twin
+ * (RepoMemory.ts) use them. The claim, the touch and the release die with lock_not_available
+ * (`isKeyHeld`) when another transaction holds the key's row past IDEMPOTENCY_OUTCOME_WAIT.
+ */
+export interface IdempotencyRepoService {
+  /** Claims the key for its owner: a new row, an expired one, or a stalled claim of the same fingerprint; None: the key holds another row. */
+  readonly claimKey: (claim: ClaimRequest) => Effect.Effect<Option.Option<{ readonly owner: string }>>
+  /** The key's row, unless it expired. */
+  readonly findLiveKey: (scope: string, key: string) => Effect.Effect<Option.Option<KeyRow>>
+  /** Keeps `owner`'s claim alive. */
+  readonly touchClaim: (scope: string, key: string, owner: string) => Effect.Effect<void>
+  /** Stores the answer; None when the key is not `owner`'s claim in progress any more (taken over after a stall). */
+  readonly completeKey: (completion: Completion) => Effect.Effect<Option.Option<{ readonly key: string }>>
+  /** Deletes `owner`'s claim in progress, so a retry runs the request again; false when the key holds no such claim. */
+  readonly releaseKey: (scope: string, key: string, owner: string) => Effect.Effect<boolean>
+  /** Deletes the expired keys (a claim only once `lockSeconds` have passed without a heartbeat); how many. */
+  readonly sweepExpired: (lockSeconds: number) => Effect.Effect<number>
+}
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const lockWait = String(Math.max(1, Math.round(Duration.toMillis(yield* KeyLockWait))))
@@ -177,7 +197,7 @@ const make = Effect.gen(function*() {
   const release = releaseKey(sql, lockWait)
   const deleteExpired = deleteExpiredBatch(sql)
 
-  return atRepoBoundary("IdempotencyRepo", {
+  return IdempotencyRepo.of(atRepoBoundary("IdempotencyRepo", {
     claimKey: claim,
     findLiveKey: (scope: string, key: string) => find({ scope, key }),
     touchClaim: (scope: string, key: string, owner: string) => touch({ scope, key, owner }),
@@ -193,9 +213,9 @@ const make = Effect.gen(function*() {
           if (n < sweepBatch) return deleted
         }
       })
-  })
+  }))
 })
 
-export class IdempotencyRepo extends Context.Service<IdempotencyRepo, Effect.Success<typeof make>>()("hookline/IdempotencyRepo") {
+export class IdempotencyRepo extends Context.Service<IdempotencyRepo, IdempotencyRepoService>()("hookline/IdempotencyRepo") {
   static readonly layer = Layer.effect(IdempotencyRepo, make)
 }
