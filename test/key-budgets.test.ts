@@ -11,11 +11,11 @@ import { join } from "node:path"
 import { Accounts } from "../src/Admin/Accounts.js"
 import { Ledger } from "../src/Ledger/Ledger.js"
 import { expectEnvelope } from "./support/envelope.js"
+import { importOneHook } from "./support/importedHook.js"
 import { servicesRuntime } from "./support/runtime.js"
 import {
   type ApiKeyBody,
   type ErrorBody,
-  type HookPage,
   ledgerState,
   type OpenApiDocument,
   startTestServer,
@@ -43,15 +43,7 @@ beforeAll(async () => {
     { background: false }
   )
   runtime = servicesRuntime(server.databaseUrl)
-  const imported = await server.admin("/admin/catalog/hooks", {
-    method: "POST",
-    rawBody: JSON.stringify({ text: "Budgetwren: the hook a limited key reads", platform: "tiktok", source_url: "https://budgets.example/1" }),
-    headers: { "content-type": "application/x-ndjson" }
-  })
-  expect(imported.status).toBe(200)
-  const reader = await server.account({ plan: "pro", monthly_balance: 10 })
-  const page = await server.request<HookPage>("/v1/hooks/search?q=budgetwren", { key: reader.key })
-  hookId = page.body.data[0].id
+  hookId = await importOneHook(server, { text: "Budgetwren: the hook a limited key reads", source_url: "https://budgets.example/1" }, "budgetwren")
 }, 60_000)
 afterAll(async () => {
   await runtime.dispose()

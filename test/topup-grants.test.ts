@@ -7,6 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { expectEnvelope } from "./support/envelope.js"
+import { importOneHook } from "./support/importedHook.js"
 import { ledgerState, type OpenApiDocument, startTestServer, type TestServer, type WalletBody } from "./support/server.js"
 
 interface GrantListBody {
@@ -33,23 +34,12 @@ interface TransactionListBody {
   }>
 }
 
-interface HookPage {
-  readonly data: ReadonlyArray<{ readonly id: string }>
-}
-
 let server: TestServer
 let hookId: string
 
 beforeAll(async () => {
   server = await startTestServer({ AUTH_CACHE_TTL: "0 millis" }, { background: false })
-  const imported = await server.admin("/admin/catalog/hooks", {
-    method: "POST",
-    rawBody: JSON.stringify({ text: "Grantfinch: the hook an expiring grant pays for", platform: "tiktok", source_url: "https://grants.example/1" }),
-    headers: { "content-type": "application/x-ndjson" }
-  })
-  expect(imported.status).toBe(200)
-  const reader = await server.account({ plan: "pro", monthly_balance: 10 })
-  hookId = (await server.request<HookPage>("/v1/hooks/search?q=grantfinch", { key: reader.key })).body.data[0].id
+  hookId = await importOneHook(server, { text: "Grantfinch: the hook an expiring grant pays for", source_url: "https://grants.example/1" }, "grantfinch")
 }, 60_000)
 afterAll(async () => {
   await server.close()
