@@ -243,7 +243,15 @@ const maxConnectionsOf = (client: Option.Option<PgClient.PgClient>): number | un
     onSome: ({ config }) => ("maxConnections" in config && typeof config.maxConnections === "number" ? config.maxConnections : undefined)
   })
 
-const make = Effect.gen(function*() {
+/** What the metrics service offers: the scrape, and the rooms' database gauges registered for it. */
+export interface MetricsService {
+  /** The Prometheus exposition of every metric of this process, the database gauges refreshed first when due. */
+  readonly scrape: Effect.Effect<string>
+  /** A room's gauges, refreshed before a scrape (at most once per METRICS_REFRESH_INTERVAL). */
+  readonly registerGauges: (refresh: Effect.Effect<void>) => Effect.Effect<void>
+}
+
+const make: Effect.Effect<MetricsService, Config.ConfigError> = Effect.gen(function*() {
   const config = yield* MetricsConfig
   const maxConnections = maxConnectionsOf(yield* Effect.serviceOption(PgClient.PgClient))
   if (maxConnections !== undefined) add(poolMax({}), maxConnections)
@@ -267,9 +275,9 @@ const make = Effect.gen(function*() {
   /** The Prometheus exposition of every metric of this process. */
   const scrape: Effect.Effect<string> = Effect.andThen(databaseGauges, PrometheusMetrics.format())
 
-  return { config, scrape, registerGauges } as const
+  return Metrics.of({ scrape, registerGauges })
 })
 
-export class Metrics extends Context.Service<Metrics, Effect.Success<typeof make>>()("hookline/Metrics") {
+export class Metrics extends Context.Service<Metrics, MetricsService>()("hookline/Metrics") {
   static readonly layer = Layer.effect(Metrics, make)
 }

@@ -5,7 +5,7 @@ import { HooklineApi } from "../Api.js"
 import { ServiceUnavailable } from "../Errors.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { BucketAccess } from "../Predictions/BucketCheck.js"
-import { checkMetricsAccess } from "./MetricsEndpoint.js"
+import { metricsAccessCheck } from "./MetricsEndpoint.js"
 import { StartupWork } from "./Startup.js"
 import { RateLimits } from "../RateLimit/RateLimits.js"
 import { appliedMigration, isDatabaseUnavailable, migrationsDirectory } from "../Sql.js"
@@ -26,6 +26,7 @@ const failing = new ServiceUnavailable({ message: "The database answers the read
 export const SystemHandlers = HttpApiBuilder.group(HooklineApi, "system", (handlers) =>
   Effect.gen(function*() {
     const metrics = yield* Metrics
+    const checkMetricsAccess = yield* metricsAccessCheck
     const rateLimits = yield* RateLimits
     const bucket = yield* BucketAccess
     return handlers
