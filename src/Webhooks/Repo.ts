@@ -3,11 +3,13 @@
  * the transition it performs; rows and requests are schemas (Rows.ts), failures are defects, each
  * has a span (atRepoBoundary). The delivery clock (due, lease, next attempt, endpoint health) is Effect's Clock,
  * passed as `now`, so TestClock drives the retry schedule; the rotation window is SQL's `now()`.
+ * What each statement promises its callers is written on WebhooksRepoService (RepoService.ts).
  */
 import { Context, Effect, Layer, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { recoveryStatements } from "./RepoRecovery.js"
+import type { WebhooksRepoService } from "./RepoService.js"
 import * as Rows from "./Rows.js"
 
 /** Channel the outbox notifies on commit (Postgres only; embedded mode polls). */
@@ -38,7 +40,6 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
             FROM webhooks w WHERE account_id = ${accountId}`
   })
 
-  /** Creates the account's webhook, enabled; None when it has one already. */
   const createWebhook = SqlSchema.findOneOption({
     Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, secretCiphertext: Schema.String, events: Rows.Selection }),
     Result: Rows.WebhookState,
@@ -49,7 +50,6 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
           RETURNING ${stateColumns(sql)}`
   })
 
-  /** A new URL enables the webhook and clears a health disable; `events` (when given) replaces the selection. */
   const retargetWebhook = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, url: Schema.String, events: Schema.UndefinedOr(Rows.Selection) }),
     Result: Rows.WebhookState,
@@ -61,7 +61,6 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
           RETURNING ${stateColumns(sql)}`
   })
 
-  /** DELETE /v1/webhooks: off, url and secret kept. */
   const switchOffWebhook = SqlSchema.void({
     Request: Schema.String,
     execute: (accountId) =>
@@ -69,13 +68,11 @@ const webhookStatements = (sql: SqlClient.SqlClient) => {
            WHERE account_id = ${accountId}`
   })
 
-  /** Plan loss: off, url and secret kept. */
   const disableForPlanLoss = SqlSchema.void({
     Request: Schema.String,
     execute: (accountId) => sql`UPDATE webhooks SET enabled = false, updated_at = now() WHERE account_id = ${accountId}`
   })
 
-  /** The new secret becomes current; the current one stays valid for `previousTtlMs`. None: no webhook. */
   const rotateSecret = SqlSchema.findOneOption({
     Request: Schema.Struct({ accountId: Schema.String, secretCiphertext: Schema.String, previousTtlMs: Rows.Millis }),
     Result: Rows.WebhookState,
@@ -110,13 +107,11 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
           RETURNING id`
   })
 
-  /** Wakes the dispatchers (sent when the caller's transaction commits). */
   const notifyDispatchers = SqlSchema.void({
     Request: Schema.String,
     execute: (deliveryId) => sql`SELECT pg_notify(${deliveriesChannel}, ${deliveryId})`
   })
 
-  /** The outbox's backlog at `now`: deliveries pending, and how overdue the most overdue one is (0: none). */
   const outboxBacklog = SqlSchema.findOne({
     Request: Rows.Now,
     Result: Schema.Struct({ pending: Schema.Number, oldest_due_ms: Schema.Number }),
@@ -132,7 +127,6 @@ const outboxStatements = (sql: SqlClient.SqlClient) => {
 
 /** The delivery log: pages, one delivery, a retry, the retention sweep. */
 const deliveryLogStatements = (sql: SqlClient.SqlClient) => {
-  /** A page of the account's deliveries, newest first, after `afterId` when given. */
   const listDeliveries = SqlSchema.findAll({
     Request: Rows.ListRequest,
     Result: Rows.DeliveryRow,
@@ -248,7 +242,6 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
                     w.url, w.enabled, w.secret_ciphertext, ${validPreviousSecret(sql, "w")}`
   })
 
-  /** Milliseconds from `now` until the next pending delivery is due (null: none pending). */
   const untilNextDue = SqlSchema.findOne({
     Request: Rows.Now,
     Result: Schema.Struct({ wait_ms: Schema.NullOr(Schema.Number) }),
@@ -267,7 +260,6 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
     execute: (request) => recordAttemptSql(sql, request)
   })
 
-  /** The webhook is disabled (or gone): the event is not sent and not retried; the claim's attempt does not count. */
   const dropForDisabledWebhook = SqlSchema.void({
     Request: Rows.ClaimRequest,
     execute: (request) =>
@@ -277,7 +269,6 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
            WHERE id = ${request.deliveryId} AND claim_token = ${request.token}`
   })
 
-  /** A clean shutdown hands an unfinished attempt back, due at once (it does not count). */
   const releaseClaim = SqlSchema.void({
     Request: Rows.ClaimRequest,
     execute: (request) =>
@@ -290,11 +281,11 @@ const dispatchStatements = (sql: SqlClient.SqlClient) => {
 }
 
 const make = Effect.map(SqlClient.SqlClient, (sql) =>
-  atRepoBoundary("WebhooksRepo", {
+  WebhooksRepo.of(atRepoBoundary("WebhooksRepo", {
     ...webhookStatements(sql), ...outboxStatements(sql), ...deliveryLogStatements(sql), ...dispatchStatements(sql),
     ...recoveryStatements(sql)
-  }))
+  })))
 
-export class WebhooksRepo extends Context.Service<WebhooksRepo, Effect.Success<typeof make>>()("hookline/WebhooksRepo") {
+export class WebhooksRepo extends Context.Service<WebhooksRepo, WebhooksRepoService>()("hookline/WebhooksRepo") {
   static readonly layer = Layer.effect(WebhooksRepo, make)
 }
