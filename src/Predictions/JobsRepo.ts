@@ -19,53 +19,65 @@
  * (Effect's Clock), never from the database's now(), so a TestClock drives every timeout.
  * Money is not moved here: the jobs service calls the Ledger in the same transaction.
  */
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, type Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
-import { moved, PredictionRow } from "./Rows.js"
+import { ClaimedJob, Finish, FinishGuard, moved, PredictionRow } from "./Rows.js"
 
 const Now = Schema.Date
 const Id = Schema.Struct({ id: Schema.String })
-
-export const ClaimedJob = Schema.Struct({
-  id: Schema.String,
-  attempts: Schema.Number,
-  blob_key: Schema.NullOr(Schema.String),
-  /** W3C traceparent of the request that queued the job. */
-  trace_parent: Schema.NullOr(Schema.String)
-})
-export type ClaimedJob = typeof ClaimedJob.Type
-
-/** Which state a terminal transition may leave; it changes nothing when the row has moved on. */
-export const FinishGuard = Schema.Union([
-  /** The running job this worker still holds. */
-  Schema.TaggedStruct("HeldBy", { workerId: Schema.String }),
-  /** No file yet (link expired) or a landed file that will not be scored. */
-  Schema.TaggedStruct("AwaitingUpload", {}),
-  /** Running, heart-beat last before `heartbeatBefore`, claimed `maxAttempts` times already. */
-  Schema.TaggedStruct("StalledOut", { heartbeatBefore: Now, maxAttempts: Schema.Number }),
-  /** Queued since before `queuedBefore`. */
-  Schema.TaggedStruct("QueuedBefore", { queuedBefore: Now }),
-  /** Landed unpaid before `receivedBefore`. */
-  Schema.TaggedStruct("UnpaidBefore", { receivedBefore: Now })
-])
-export type FinishGuard = typeof FinishGuard.Type
-
-export const Finish = Schema.Struct({
-  id: Schema.String,
-  status: Schema.Literals(["succeeded", "failed"]),
-  result: Schema.NullOr(Schema.String),
-  errorType: Schema.NullOr(Schema.String),
-  errorMessage: Schema.NullOr(Schema.String),
-  durationSec: Schema.NullOr(Schema.Number),
-  now: Now,
-  guard: FinishGuard
-})
 
 const Finished = Schema.Struct({ hold_id: Schema.NullOr(Schema.String), account_id: Schema.String })
 const Scan = Schema.Struct({ before: Now, limit: Schema.Number })
 const Claim = Schema.Struct({ workerId: Schema.String, now: Now, queuedAfter: Now })
 const Held = Schema.Struct({ id: Schema.String, workerId: Schema.String, now: Now })
+
+/** The statements on `predictions`, as the jobs service, the gauges and the tests' in-memory twin use them. */
+export interface JobsRepoService {
+  readonly findPrediction: (id: string) => Effect.Effect<Option.Option<PredictionRow>>
+  /** Visible only to the key that created it, and only while created after `createdAfter`. */
+  readonly findVisiblePrediction: (
+    request: { readonly id: string; readonly keyId: string; readonly createdAfter: Date }
+  ) => Effect.Effect<Option.Option<PredictionRow>>
+  /** Locks the job for a landing, only while its key is live and its account not suspended. */
+  readonly lockForLanding: (
+    id: string
+  ) => Effect.Effect<Option.Option<{ readonly status: string; readonly account_id: string; readonly key_id: string }>>
+  /** Locks the job of the key's upload for retry start (created after `createdAfter`). */
+  readonly lockForRetryStart: (
+    request: { readonly uploadId: string; readonly keyId: string; readonly createdAfter: Date }
+  ) => Effect.Effect<Option.Option<{ readonly prediction_id: string; readonly status: string; readonly upload_status: string }>>
+  /** awaiting_upload → queued with its hold; false when the job was not awaiting_upload. */
+  readonly queueJob: (
+    request: { readonly id: string; readonly holdId: string; readonly traceParent: string | null; readonly now: Date }
+  ) => Effect.Effect<boolean>
+  /** queued → running: the oldest queued job (after `queuedAfter`) of the account with the fewest running. */
+  readonly claimNextJob: (
+    request: { readonly workerId: string; readonly now: Date; readonly queuedAfter: Date }
+  ) => Effect.Effect<Option.Option<ClaimedJob>>
+  /** False as soon as the job is no longer this worker's. */
+  readonly heartbeat: (request: typeof Held.Type) => Effect.Effect<boolean>
+  /** Shutdown: running → queued, this attempt not counted; false when the worker no longer held it. */
+  readonly handBack: (request: typeof Held.Type) => Effect.Effect<boolean>
+  /** running → queued for a job that stopped heart-beating before `heartbeatBefore`, while it has attempts left. */
+  readonly requeueStalled: (
+    request: { readonly id: string; readonly heartbeatBefore: Date; readonly maxAttempts: number; readonly now: Date }
+  ) => Effect.Effect<boolean>
+  /** The terminal transition; None when the row no longer meets its guard (another process won). */
+  readonly finishJob: (finish: Finish) => Effect.Effect<Option.Option<{ readonly hold_id: string | null; readonly account_id: string }>>
+  /** Running jobs whose heartbeat is at or before `before`. */
+  readonly findStalled: (scan: typeof Scan.Type) => Effect.Effect<ReadonlyArray<{ readonly id: string }>>
+  /** Jobs queued at or before `before`, oldest first. */
+  readonly findQueuedBefore: (scan: typeof Scan.Type) => Effect.Effect<ReadonlyArray<{ readonly id: string }>>
+  /** Jobs whose clip landed unpaid at or before `before`. */
+  readonly findUnpaidBefore: (scan: typeof Scan.Type) => Effect.Effect<ReadonlyArray<{ readonly id: string }>>
+  /** The metrics gauges: jobs per state. */
+  readonly countByStatus: () => Effect.Effect<ReadonlyArray<{ readonly status: string; readonly n: number }>>
+  /** The metrics gauges: the age in seconds of the oldest queued job at `now` (0: none). */
+  readonly oldestQueuedSeconds: (now: Date) => Effect.Effect<number>
+  /** Announces queued work to every process's workers: NOTIFY, delivered when the surrounding transaction commits. */
+  readonly announceQueued: () => Effect.Effect<void>
+}
 
 /** The reads: a prediction as its owner sees it, and the row locks of the consume step. */
 const reads = (sql: SqlClient.SqlClient) => {
@@ -80,7 +92,6 @@ const reads = (sql: SqlClient.SqlClient) => {
     execute: (id) => sql`${selectPrediction} WHERE p.id = ${id}`
   })
 
-  /** Visible only to the key that created it, and only while created after `createdAfter`. */
   const findVisiblePrediction = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, keyId: Schema.String, createdAfter: Now }),
     Result: PredictionRow,
@@ -207,7 +218,6 @@ const finishing = (sql: SqlClient.SqlClient) => {
     }
   }
 
-  /** The terminal transition; None when the row no longer meets its guard (another process won). */
   const finishJob = SqlSchema.findOneOption({
     Request: Finish,
     Result: Finished,
@@ -271,8 +281,8 @@ const announcements = (sql: SqlClient.SqlClient) => ({
 })
 
 const make = Effect.map(SqlClient.SqlClient, (sql) =>
-  atRepoBoundary("JobsRepo", { ...reads(sql), ...transitions(sql), ...finishing(sql), ...scans(sql), ...announcements(sql) }))
+  JobsRepo.of(atRepoBoundary("JobsRepo", { ...reads(sql), ...transitions(sql), ...finishing(sql), ...scans(sql), ...announcements(sql) })))
 
-export class JobsRepo extends Context.Service<JobsRepo, Effect.Success<typeof make>>()("hookline/JobsRepo") {
+export class JobsRepo extends Context.Service<JobsRepo, JobsRepoService>()("hookline/JobsRepo") {
   static readonly layer = Layer.effect(JobsRepo, make)
 }

@@ -15,8 +15,8 @@
  */
 import { Effect, Layer, Option, Schema } from "effect"
 import type { PredictionStatus } from "./Domain.js"
-import { type ClaimedJob, type FinishGuard, JobsRepo, jobsChannel } from "./JobsRepo.js"
-import { PredictionRow } from "./Rows.js"
+import { JobsRepo, jobsChannel } from "./JobsRepo.js"
+import { type ClaimedJob, type FinishGuard, PredictionRow } from "./Rows.js"
 import {
   atOrBefore,
   emptyPredictionsState,

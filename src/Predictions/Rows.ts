@@ -1,4 +1,7 @@
-/** The prediction and upload rows as read from the database, and the Prediction they make. */
+/**
+ * The prediction and upload rows as read from the database, a job as a worker claims it, the
+ * terminal transition's request, and the Prediction they make.
+ */
 import { Clock, Duration, Effect, Option, Schema } from "effect"
 import { toNullableTimestamp, toTimestamp } from "../Schemas.js"
 import { type Prediction, type PredictionResult, SimilarHook } from "./Api.js"
@@ -59,6 +62,44 @@ export const UploadRow = Schema.Struct({
   expired: Schema.Boolean
 })
 export type UploadRow = typeof UploadRow.Type
+
+/** A job a worker has claimed, with what it needs to score it. */
+export const ClaimedJob = Schema.Struct({
+  id: Schema.String,
+  attempts: Schema.Number,
+  blob_key: Schema.NullOr(Schema.String),
+  /** W3C traceparent of the request that queued the job. */
+  trace_parent: Schema.NullOr(Schema.String)
+})
+export type ClaimedJob = typeof ClaimedJob.Type
+
+/** Which state a terminal transition may leave; it changes nothing when the row has moved on. */
+export const FinishGuard = Schema.Union([
+  /** The running job this worker still holds. */
+  Schema.TaggedStruct("HeldBy", { workerId: Schema.String }),
+  /** No file yet (link expired) or a landed file that will not be scored. */
+  Schema.TaggedStruct("AwaitingUpload", {}),
+  /** Running, heart-beat last before `heartbeatBefore`, claimed `maxAttempts` times already. */
+  Schema.TaggedStruct("StalledOut", { heartbeatBefore: Schema.Date, maxAttempts: Schema.Number }),
+  /** Queued since before `queuedBefore`. */
+  Schema.TaggedStruct("QueuedBefore", { queuedBefore: Schema.Date }),
+  /** Landed unpaid before `receivedBefore`. */
+  Schema.TaggedStruct("UnpaidBefore", { receivedBefore: Schema.Date })
+])
+export type FinishGuard = typeof FinishGuard.Type
+
+/** A terminal transition (JobsRepo.finishJob): the outcome, and the guard the row must still meet. */
+export const Finish = Schema.Struct({
+  id: Schema.String,
+  status: Schema.Literals(["succeeded", "failed"]),
+  result: Schema.NullOr(Schema.String),
+  errorType: Schema.NullOr(Schema.String),
+  errorMessage: Schema.NullOr(Schema.String),
+  durationSec: Schema.NullOr(Schema.Number),
+  now: Schema.Date,
+  guard: FinishGuard
+})
+export type Finish = typeof Finish.Type
 
 /** The contract's Prediction: `input` appears once the file has landed. */
 export const toPrediction = (row: PredictionRow): Prediction => ({

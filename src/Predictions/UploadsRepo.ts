@@ -8,7 +8,7 @@
  *
  * Times come from the caller (Effect's Clock), never from the database's now().
  */
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, type Option, Schema } from "effect"
 import { SqlClient, SqlSchema } from "effect/sql"
 import { atRepoBoundary } from "../Repository.js"
 import { moved, UploadRow } from "./Rows.js"
@@ -37,10 +37,60 @@ export const Landing = Schema.Struct({
 
 const UploadRef = Schema.Struct({ id: Schema.String, prediction_id: Schema.String, blob_key: Schema.NullOr(Schema.String) })
 const Scan = Schema.Struct({ before: Now, limit: Schema.Number })
+type UploadStatus = typeof UploadStatus.Type
+
+/** The statements on `uploads`, as the uploads and jobs services, the sweeper, the quotas and the tests' in-memory twin use them. */
+export interface UploadsRepoService {
+  /** The job (awaiting_upload) and its link, created together. */
+  readonly createUploadLink: (link: typeof NewUploadLink.Type) => Effect.Effect<void>
+  /** The link of a token; `expired` also when its key was revoked or its account suspended. */
+  readonly findByToken: (request: { readonly tokenHash: string; readonly now: Date }) => Effect.Effect<Option.Option<UploadRow>>
+  /** pending → receiving, before a byte is stored: of two PUTs at once exactly one streams (true). */
+  readonly claimByToken: (request: { readonly tokenHash: string; readonly now: Date }) => Effect.Effect<boolean>
+  /** Presigned uploads: pending → receiving for a link whose object is in the bucket. */
+  readonly claimStoredObject: (
+    request: { readonly id: string; readonly now: Date }
+  ) => Effect.Effect<Option.Option<{ readonly id: string; readonly prediction_id: string; readonly blob_key: string }>>
+  /** receiving → received, the file complete under `blobKey`; false when the upload was not receiving. */
+  readonly landUpload: (landing: typeof Landing.Type) => Effect.Effect<boolean>
+  /** receiving → pending: the PUT failed, the caller may try again. */
+  readonly releaseClaim: (id: string) => Effect.Effect<void>
+  /** Pending links whose time was up at `before`, soonest first. */
+  readonly findLinksDue: (scan: typeof Scan.Type) => Effect.Effect<ReadonlyArray<{ readonly id: string; readonly blob_key: string | null }>>
+  /** pending → expired, once its time is up; the job to fail. */
+  readonly expireLink: (request: { readonly id: string; readonly now: Date }) => Effect.Effect<Option.Option<{ readonly prediction_id: string }>>
+  /** PUTs receiving since at or before `before`. */
+  readonly findStalledReceives: (scan: typeof Scan.Type) => Effect.Effect<ReadonlyArray<typeof UploadRef.Type>>
+  /** receiving → pending (or expired when its time is up): the PUT's process died mid-stream. */
+  readonly releaseStalledReceive: (
+    request: { readonly id: string; readonly startedBefore: Date; readonly now: Date }
+  ) => Effect.Effect<Option.Option<{ readonly status: UploadStatus; readonly prediction_id: string }>>
+  /** Stored files of a job that is terminal. */
+  readonly findTerminalFiles: (predictionId: string) => Effect.Effect<ReadonlyArray<{ readonly id: string; readonly blob_key: string }>>
+  /** The upload no longer names the file (deleted); nothing when it names another by now. */
+  readonly forgetFile: (request: { readonly id: string; readonly blobKey: string }) => Effect.Effect<void>
+  /** Up to `limit` terminal jobs that still have a stored file. */
+  readonly findLeftoverFiles: (limit: number) => Effect.Effect<ReadonlyArray<{ readonly prediction_id: string }>>
+  /** The uploads of these ids that exist (the presigned-upload watcher's lookup of the bucket's objects). */
+  readonly findByIds: (
+    ids: ReadonlyArray<string>
+  ) => Effect.Effect<ReadonlyArray<{ readonly id: string; readonly status: UploadStatus; readonly blob_key: string | null }>>
+  /** The key's unused, unexpired links, and seconds until the oldest expires. */
+  readonly pendingLinks: (
+    request: { readonly keyId: string; readonly now: Date }
+  ) => Effect.Effect<{ readonly links: number; readonly freesInSec: number }>
+  /** The account's landed, unpaid clips, and seconds until the oldest is expired (kept `retentionSec`). */
+  readonly unpaidClips: (
+    request: { readonly accountId: string; readonly retentionSec: number; readonly now: Date }
+  ) => Effect.Effect<{ readonly clips: number; readonly bytes: number; readonly freesInSec: number }>
+  /** Serialises the link requests of one key until the transaction ends. */
+  readonly lockKeyLinks: (keyId: string) => Effect.Effect<void>
+  /** Serialises the landings of one account's unpaid clips until the transaction ends. */
+  readonly lockUnpaidClips: (accountId: string) => Effect.Effect<void>
+}
 
 /** A link made, claimed by one PUT, landed or released. */
 const linkStatements = (sql: SqlClient.SqlClient) => {
-  /** The job (awaiting_upload) and its link, created together. */
   const createUploadLink = SqlSchema.void({
     Request: NewUploadLink,
     execute: (link) =>
@@ -74,7 +124,6 @@ const linkStatements = (sql: SqlClient.SqlClient) => {
           RETURNING id`
   })
 
-  /** Presigned uploads: pending → receiving for a link whose object is in the bucket. */
   const claimStoredObject = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, now: Now }),
     Result: Schema.Struct({ id: Schema.String, prediction_id: Schema.String, blob_key: Schema.String }),
@@ -96,7 +145,6 @@ const linkStatements = (sql: SqlClient.SqlClient) => {
           RETURNING id`
   })
 
-  /** receiving → pending: the PUT failed, the caller may try again. */
   const releaseClaim = SqlSchema.void({
     Request: Schema.String,
     execute: (id) =>
@@ -139,7 +187,6 @@ const sweepStatements = (sql: SqlClient.SqlClient) => {
            WHERE status = 'receiving' AND receiving_started_at <= ${before} LIMIT ${limit}`
   })
 
-  /** receiving → pending (or expired when its time is up): the PUT's process died mid-stream. */
   const releaseStalledReceive = SqlSchema.findOneOption({
     Request: Schema.Struct({ id: Schema.String, startedBefore: Now, now: Now }),
     Result: Schema.Struct({ status: UploadStatus, prediction_id: Schema.String }),
@@ -160,7 +207,6 @@ const sweepStatements = (sql: SqlClient.SqlClient) => {
 
 /** The stored files: which to delete, and which objects a link may keep. */
 const fileStatements = (sql: SqlClient.SqlClient) => {
-  /** Stored files of a job that is terminal. */
   const findTerminalFiles = SqlSchema.findAll({
     Request: Schema.String,
     Result: Schema.Struct({ id: Schema.String, blob_key: Schema.String }),
@@ -198,7 +244,6 @@ const fileStatements = (sql: SqlClient.SqlClient) => {
 
 /** What UploadQuotas counts. */
 const quotaStatements = (sql: SqlClient.SqlClient) => {
-  /** The key's unused, unexpired links, and seconds until the oldest expires. */
   const pendingLinks = SqlSchema.findOne({
     Request: Schema.Struct({ keyId: Schema.String, now: Now }),
     Result: Schema.Struct({ links: Schema.Number, freesInSec: Schema.Number }),
@@ -207,7 +252,6 @@ const quotaStatements = (sql: SqlClient.SqlClient) => {
             FROM uploads WHERE key_id = ${keyId} AND status = 'pending' AND expires_at > ${now}`
   })
 
-  /** The account's landed, unpaid clips, and seconds until the oldest is expired (kept `retentionSec`). */
   const unpaidClips = SqlSchema.findOne({
     Request: Schema.Struct({ accountId: Schema.String, retentionSec: Schema.Number, now: Now }),
     Result: Schema.Struct({ clips: Schema.Number, bytes: Schema.Number, freesInSec: Schema.Number }),
@@ -226,22 +270,20 @@ const quotaStatements = (sql: SqlClient.SqlClient) => {
   return {
     pendingLinks,
     unpaidClips,
-    /** Serialises the link requests of one key until the transaction ends. */
     lockKeyLinks: (keyId: string) => Effect.asVoid(sql`SELECT pg_advisory_xact_lock(${pendingLinksLock}, hashtext(${keyId}))`),
-    /** Serialises the landings of one account's unpaid clips until the transaction ends. */
     lockUnpaidClips: (accountId: string) =>
       Effect.asVoid(sql`SELECT pg_advisory_xact_lock(${unpaidClipsLock}, hashtext(${accountId}))`)
   }
 }
 
 const make = Effect.map(SqlClient.SqlClient, (sql) =>
-  atRepoBoundary("UploadsRepo", {
+  UploadsRepo.of(atRepoBoundary("UploadsRepo", {
     ...linkStatements(sql),
     ...sweepStatements(sql),
     ...fileStatements(sql),
     ...quotaStatements(sql)
-  }))
+  })))
 
-export class UploadsRepo extends Context.Service<UploadsRepo, Effect.Success<typeof make>>()("hookline/UploadsRepo") {
+export class UploadsRepo extends Context.Service<UploadsRepo, UploadsRepoService>()("hookline/UploadsRepo") {
   static readonly layer = Layer.effect(UploadsRepo, make)
 }
