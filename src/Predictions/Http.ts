@@ -7,7 +7,8 @@ import { AuthorizationNotAllowed, RequestId, ValidationFailed } from "../Errors.
 import { idempotent } from "../Idempotency/Http.js"
 import { creditHeaders } from "../Ledger/Metering.js"
 import { PredictionJobs } from "./Jobs.js"
-import { PredictionUploads, type UploadBody } from "./Uploads.js"
+import type { UploadBody } from "./Services.js"
+import { PredictionUploads } from "./Uploads.js"
 
 export const PredictHandlers = HttpApiBuilder.group(HooklineApi, "predict", (handlers) =>
   Effect.gen(function*() {

@@ -20,11 +20,11 @@ import { PredictionsConfig } from "./Config.js"
 import { JobsRepo } from "./JobsRepo.js"
 import { currentDate } from "../Repository.js"
 import { dateBefore, type FinishGuard, storedHookFields, toPrediction } from "./Rows.js"
+import type { PredictionJobsService } from "./Services.js"
 import { failedWith, type Outcome, type RetryOutcome } from "./Outcome.js"
 import { UploadsRepo } from "./UploadsRepo.js"
 import { WorkSignal } from "./WorkSignal.js"
 import { predictionPrice } from "../Ledger/Prices.js"
-
 
 /** Rows a sweep moves at most per pass. */
 export const sweepBatch = 100
@@ -280,17 +280,18 @@ const make = Effect.gen(function*() {
   const deps = yield* dependencies
   const queued = queueing(deps)
   const settled = settlement(deps)
-  return {
-    config: deps.config,
-    ...queued,
-    ...settled,
+  return PredictionJobs.of({
+    queueLanded: queued.queueLanded,
+    finish: settled.finish,
+    discardBlob: settled.discardBlob,
+    finishAndDiscard: settled.finishAndDiscard,
     ...requests(deps, queued, settled),
     ...workerSide(deps, queued),
     ...sweeps(deps, queued, settled)
-  } as const
+  })
 })
 
-export class PredictionJobs extends Context.Service<PredictionJobs, Effect.Success<typeof make>>()("hookline/PredictionJobs") {
+export class PredictionJobs extends Context.Service<PredictionJobs, PredictionJobsService>()("hookline/PredictionJobs") {
   static readonly layerWithoutDependencies = Layer.effect(PredictionJobs, make)
   static readonly layer = PredictionJobs.layerWithoutDependencies.pipe(
     Layer.provide([JobsRepo.layer, UploadsRepo.layer, Ledger.layer, Webhooks.layer, BlobStore.layer, WorkSignal.layer])

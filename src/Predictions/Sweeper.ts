@@ -27,6 +27,7 @@ import { SqlClient } from "effect/sql"
 import { logBackgroundFailure, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
 import { BucketAccess, watchWithBackoff } from "./BucketCheck.js"
+import { PredictionsConfig } from "./Config.js"
 import { PredictionJobs, sweepBatch } from "./Jobs.js"
 import { failedWith } from "./Outcome.js"
 import { currentDate } from "../Repository.js"
@@ -53,6 +54,21 @@ export interface PredictionsSweeperService {
   readonly run: Effect.Effect<void, never, Scope.Scope>
 }
 
+/** Presigned mode: one round of the watcher; lands the objects of pending links, deletes objects no link may keep. */
+const watchRound = (repo: typeof UploadsRepo.Service, blobs: typeof BlobStore.Service, uploads: typeof PredictionUploads.Service) =>
+  Effect.gen(function*() {
+    const keys = (yield* blobs.list(uploadsFolder)).filter((key) => uploadKey.test(key))
+    if (keys.length === 0) return
+    const known = yield* repo.findByIds(keys.map((key) => key.slice(uploadsFolder.length)))
+    const byId = new Map(known.map((upload) => [upload.id, upload]))
+    for (const key of keys) {
+      const upload = byId.get(key.slice(uploadsFolder.length))
+      if (upload?.status === "pending") yield* uploads.landStoredObject(upload.id)
+      // Being landed right now, or the job's own file (proxy mode keeps it here): left alone.
+      else if (upload?.status !== "receiving" && upload?.blob_key !== key) yield* blobs.remove(key)
+    }
+  })
+
 const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const repo = yield* UploadsRepo
@@ -60,10 +76,12 @@ const make = Effect.gen(function*() {
   const uploads = yield* PredictionUploads
   const blobs = yield* BlobStore
   const access = yield* BucketAccess
-  const config = jobs.config
+  const config = yield* PredictionsConfig
+  /** Presigned mode: clients PUT straight into the bucket, and the watcher lands what arrives. */
+  const presigned = Option.isSome(blobs.presignedPut)
 
   const objectArrived = (blobKey: string | null) =>
-    uploads.presigned && blobKey !== null ? Effect.map(blobs.size(blobKey), Option.isSome) : Effect.succeed(false)
+    presigned && blobKey !== null ? Effect.map(blobs.size(blobKey), Option.isSome) : Effect.succeed(false)
 
   const expireLinks = Effect.gen(function*() {
     for (const upload of yield* repo.findLinksDue({ before: yield* currentDate, limit: sweepBatch })) {
@@ -89,7 +107,7 @@ const make = Effect.gen(function*() {
       // The partial file goes first, while no other PUT can be writing it.
       if (upload.blob_key !== null) yield* blobs.remove(upload.blob_key)
       // A presigned landing that died mid-copy may have left part of the job's copy.
-      if (uploads.presigned) yield* blobs.remove(jobBlobKey(upload.prediction_id))
+      if (presigned) yield* blobs.remove(jobBlobKey(upload.prediction_id))
       yield* Effect.gen(function*() {
         const released = yield* repo.releaseStalledReceive({ id: upload.id, startedBefore, now: yield* currentDate })
         if (Option.isSome(released) && released.value.status === "expired") {
@@ -110,25 +128,11 @@ const make = Effect.gen(function*() {
     step("delete files", jobs.deleteLeftoverFiles)
   ], { discard: true }).pipe(Effect.withSpan("Predictions.sweep"))
 
-  /** Presigned mode: one round; lands the objects of pending links, deletes objects no link may keep. */
-  const watchRound = Effect.gen(function*() {
-    const keys = (yield* blobs.list(uploadsFolder)).filter((key) => uploadKey.test(key))
-    if (keys.length === 0) return
-    const known = yield* repo.findByIds(keys.map((key) => key.slice(uploadsFolder.length)))
-    const byId = new Map(known.map((upload) => [upload.id, upload]))
-    for (const key of keys) {
-      const upload = byId.get(key.slice(uploadsFolder.length))
-      if (upload?.status === "pending") yield* uploads.landStoredObject(upload.id)
-      // Being landed right now, or the job's own file (proxy mode keeps it here): left alone.
-      else if (upload?.status !== "receiving" && upload?.blob_key !== key) yield* blobs.remove(key)
-    }
-  })
-
   /** Presigned mode: rounds for as long as the process runs, backing off while they fail. */
-  const watchPresigned = watchWithBackoff(watchRound, blobs.watchInterval, access.config.watchMaxBackoff)
+  const watchPresigned = watchWithBackoff(watchRound(repo, blobs, uploads), blobs.watchInterval, access.config.watchMaxBackoff)
 
   const background = [sweep.pipe(Effect.repeat(Schedule.spaced(config.sweepInterval))), access.checkForever]
-  const run = Effect.forEach(uploads.presigned ? [...background, watchPresigned] : background, (task) => Effect.forkScoped(task), {
+  const run = Effect.forEach(presigned ? [...background, watchPresigned] : background, (task) => Effect.forkScoped(task), {
     discard: true
   })
   return PredictionsSweeper.of({ sweep, run })

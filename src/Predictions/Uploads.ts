@@ -6,11 +6,11 @@
  * (retry start picks it up). The HTTP side (headers, the request body) is Http.ts's: this
  * service takes the body as a stream and what the headers declared as arguments.
  */
-import { Context, Duration, Effect, Exit, Layer, Option, Result, Stream } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Option, Result } from "effect"
 import { SqlClient } from "effect/sql"
 import type { Caller } from "../Auth/Api.js"
 import { publicBaseUrl, ServerConfig } from "../Config.js"
-import { NotFound, ServiceUnavailable, UploadAlreadyUsed, UploadExpired, type ValidationFailed } from "../Errors.js"
+import { NotFound, ServiceUnavailable, UploadAlreadyUsed, UploadExpired } from "../Errors.js"
 import { newId, randomToken, sha256Hex } from "../Ids.js"
 import { answerInTransaction } from "../Idempotency/Headers.js"
 import { traced } from "../Observability/Tracing.js"
@@ -27,6 +27,7 @@ import { checkedVideoBody, type MediaKind, tooLarge, unsupportedMedia } from "./
 import { UploadQuotas } from "./Quotas.js"
 import { currentDate } from "../Repository.js"
 import type { UploadRow } from "./Rows.js"
+import type { PredictionUploadsService, UploadBody } from "./Services.js"
 import { UploadsRepo } from "./UploadsRepo.js"
 import { WorkSignal } from "./WorkSignal.js"
 
@@ -35,16 +36,6 @@ export const jobBlobKey = (predictionId: string) => `jobs/${predictionId}`
 
 /** Upload tokens: 24 random bytes (192 bits), URL-safe base64. */
 const tokenPattern = /^[A-Za-z0-9_-]{32}$/
-
-/** The PUT's body, as Http.ts hands it over. */
-export interface UploadBody {
-  /** The bytes; fails with ValidationFailed when the client goes away mid-body. */
-  readonly stream: Stream.Stream<Uint8Array, ValidationFailed>
-  /** Content-Length, when the request declared one. */
-  readonly declaredBytes: number | null
-  /** The request declared no body at all (Content-Length 0, or neither it nor chunked encoding). */
-  readonly empty: boolean
-}
 
 interface Upload {
   readonly id: string
@@ -276,16 +267,14 @@ const presignedObjects = ({ blobs, config, repo }: Dependencies, { failLanded, l
 const make = Effect.gen(function*() {
   const deps = yield* dependencies
   const landed = landing(deps)
-  return {
-    config: deps.config,
-    presigned: Option.isSome(deps.blobs.presignedPut),
+  return PredictionUploads.of({
     ...links(deps),
     ...puts(deps, landed),
     ...presignedObjects(deps, landed)
-  } as const
+  })
 })
 
-export class PredictionUploads extends Context.Service<PredictionUploads, Effect.Success<typeof make>>()("hookline/PredictionUploads") {
+export class PredictionUploads extends Context.Service<PredictionUploads, PredictionUploadsService>()("hookline/PredictionUploads") {
   static readonly layerWithoutDependencies = Layer.effect(PredictionUploads, make)
   static readonly layer = PredictionUploads.layerWithoutDependencies.pipe(
     Layer.provide([UploadsRepo.layer, PredictionJobs.layer, BlobStore.layer, UploadQuotas.layer, WorkSignal.layer])

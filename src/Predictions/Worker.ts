@@ -16,6 +16,7 @@ import { recordJobRun } from "../Observability/Metrics.js"
 import { linkedTo } from "../Observability/Tracing.js"
 import { DatabaseMode, listenForever, logBackgroundFailure } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
+import { PredictionsConfig } from "./Config.js"
 import { PredictionJobs } from "./Jobs.js"
 import { jobsChannel } from "./JobsRepo.js"
 import type { ClaimedJob } from "./Rows.js"
@@ -61,7 +62,7 @@ export const WorkerLive = Layer.effectDiscard(
     const score = scoreJob(yield* BlobStore, yield* ClipScorer)
     const signal = yield* WorkSignal
     const mode = yield* DatabaseMode
-    const config = jobs.config
+    const config = yield* PredictionsConfig
     const workerId = `${hostname()}:${process.pid}:${randomToken(6)}`
 
     /** Fails with LostClaim as soon as the job is no longer this worker's. */
