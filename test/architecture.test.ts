@@ -4,7 +4,9 @@
  * src/'s top level are either shared leaves (Errors.ts, Ids.ts…) or the composition (Api.ts, App.ts,
  * main.ts); each counts as a room of its own, so a circle that passes through one is found too.
  * Every import form is read: `from "…"` and `from '…'`, side-effect imports (`import "…"`),
- * `export … from`, and `import("…")` with a literal path.
+ * `export … from`, and `import("…")` with a literal path. And every service's shape is written
+ * out as an interface, never inferred from its constructor (`Effect.Success<typeof make>`), which
+ * would hand its callers its configuration and helpers too.
  */
 import { describe, expect, test } from "bun:test"
 import { readdirSync, readFileSync } from "node:fs"
@@ -186,5 +188,37 @@ describe("imports", () => {
     const reached = [...contract].flatMap((file) => imports.get(file)!)
     expect(reached.length).toBeGreaterThan(5)
     expect(reached.filter((target) => !contract.has(target) && !/^[A-Za-z]+\/Api(Errors)?\.ts$/.test(target) && target.includes("/"))).toEqual([])
+  })
+})
+
+/**
+ * The shape each service offers, as its `Context.Service<Self, Shape>()` declaration names it
+ * (the declaration may span lines): file → shape text.
+ */
+export const serviceShapes = (texts: ReadonlyMap<string, string>): Array<{ file: string; shape: string }> =>
+  [...texts].flatMap(([file, text]) =>
+    [...text.matchAll(/Context\.Service<\s*[\w.]+\s*,\s*([\s\S]*?)>\(\)/g)].map(([, shape]) => ({ file, shape: shape!.replace(/\s+/g, " ").trim() }))
+  )
+
+/** A shape inferred from code (`Effect.Success<typeof make>`, `ReturnType<typeof …>`) instead of written out. */
+const inferred = (shape: string) => /\btypeof\b/.test(shape)
+
+describe("service shapes", () => {
+  test("the checker reads a declaration over several lines and tells an inferred shape from a written one", () => {
+    const shapes = serviceShapes(new Map([
+      ["Wallet/Repo.ts", "export class WalletRepo extends Context.Service<\n  WalletRepo,\n  Effect.Success<typeof make>\n>()(\"hookline/WalletRepo\") {}"],
+      ["Wallet/Wallet.ts", "export class Wallet extends Context.Service<Wallet, WalletService>()(\"hookline/Wallet\") {}"]
+    ]))
+    expect(shapes).toEqual([
+      { file: "Wallet/Repo.ts", shape: "Effect.Success<typeof make>" },
+      { file: "Wallet/Wallet.ts", shape: "WalletService" }
+    ])
+    expect(shapes.filter(({ shape }) => inferred(shape)).map(({ file }) => file)).toEqual(["Wallet/Repo.ts"])
+  })
+
+  test("every service of src/ has its shape written out, not inferred from its make", () => {
+    const shapes = serviceShapes(new Map(sourceFiles.map((file) => [file, readFileSync(join(src, file), "utf8")])))
+    expect(shapes.length).toBeGreaterThan(30)
+    expect(shapes.filter(({ shape }) => inferred(shape))).toEqual([])
   })
 })
