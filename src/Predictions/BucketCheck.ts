@@ -15,9 +15,7 @@ import { BlobConfig } from "./Config.js"
 
 export const BucketCheckConfig = Config.all({
   interval: Config.Duration("S3_CHECK_INTERVAL").pipe(Config.withDefault(Duration.seconds(30))),
-  timeout: Config.Duration("S3_CHECK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
-  /** The presigned-upload watcher's longest wait between failed rounds (Sweeper.ts). */
-  watchMaxBackoff: Config.Duration("S3_UPLOAD_WATCH_MAX_BACKOFF").pipe(Config.withDefault(Duration.minutes(1)))
+  timeout: Config.Duration("S3_CHECK_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10)))
 })
 
 /** The bucket's client when S3_BUCKET is set (Bun's S3 client, the S3_* settings). */
@@ -85,8 +83,6 @@ const checkBucketAccess = (client: Bun.S3Client, bucket: string): Effect.Effect<
 
 /** The bucket's access check: run by the background, read by /readyz and the upload links. */
 export interface BucketAccessService {
-  /** S3_CHECK_INTERVAL, S3_CHECK_TIMEOUT, and S3_UPLOAD_WATCH_MAX_BACKOFF, which the presigned-upload watcher reads. */
-  readonly config: Config.Success<typeof BucketCheckConfig>
   /** With S3: the check now and every S3_CHECK_INTERVAL, for as long as the process runs (the background's); never fails. */
   readonly checkForever: Effect.Effect<void>
   /** What the last check found failing, or null (also without S3): /readyz answers 503 with it. */
@@ -119,7 +115,6 @@ const make = Effect.gen(function*() {
   })
 
   return BucketAccess.of({
-    config,
     checkForever: Option.isSome(bucket) ? refresh.pipe(Effect.repeat(Schedule.spaced(config.interval)), Effect.asVoid) : Effect.void,
     problem: () => problem
   })
@@ -129,6 +124,9 @@ const make = Effect.gen(function*() {
 export class BucketAccess extends Context.Service<BucketAccess, BucketAccessService>()("hookline/BucketAccess") {
   static readonly layer = Layer.effect(BucketAccess, make)
 }
+
+/** The presigned-upload watcher's longest wait between failed rounds: the `maxBackoff` Sweeper.ts gives `watchWithBackoff`. */
+export const UploadWatchMaxBackoff = Config.Duration("S3_UPLOAD_WATCH_MAX_BACKOFF").pipe(Config.withDefault(Duration.minutes(1)))
 
 /**
  * The presigned-upload watcher's loop (Sweeper.ts): `round` every `interval`; after a failed round

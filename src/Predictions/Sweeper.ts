@@ -26,7 +26,7 @@ import { Context, Effect, Layer, Option, Schedule, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import { logBackgroundFailure, orDieOnDb } from "../Sql.js"
 import { BlobStore } from "./BlobStore.js"
-import { BucketAccess, watchWithBackoff } from "./BucketCheck.js"
+import { BucketAccess, UploadWatchMaxBackoff, watchWithBackoff } from "./BucketCheck.js"
 import { PredictionsConfig } from "./Config.js"
 import { PredictionJobs, sweepBatch } from "./Jobs.js"
 import { failedWith } from "./Outcome.js"
@@ -77,6 +77,7 @@ const make = Effect.gen(function*() {
   const blobs = yield* BlobStore
   const access = yield* BucketAccess
   const config = yield* PredictionsConfig
+  const watchMaxBackoff = yield* UploadWatchMaxBackoff
   /** Presigned mode: clients PUT straight into the bucket, and the watcher lands what arrives. */
   const presigned = Option.isSome(blobs.presignedPut)
 
@@ -129,7 +130,7 @@ const make = Effect.gen(function*() {
   ], { discard: true }).pipe(Effect.withSpan("Predictions.sweep"))
 
   /** Presigned mode: rounds for as long as the process runs, backing off while they fail. */
-  const watchPresigned = watchWithBackoff(watchRound(repo, blobs, uploads), blobs.watchInterval, access.config.watchMaxBackoff)
+  const watchPresigned = watchWithBackoff(watchRound(repo, blobs, uploads), blobs.watchInterval, watchMaxBackoff)
 
   const background = [sweep.pipe(Effect.repeat(Schedule.spaced(config.sweepInterval))), access.checkForever]
   const run = Effect.forEach(presigned ? [...background, watchPresigned] : background, (task) => Effect.forkScoped(task), {
