@@ -6,16 +6,17 @@
  *    measured by scanning its video packets. No video stream, or unreadable → unsupported_media;
  *    longer than CLIP_MAX_DURATION (180 s) → clip_too_long.
  * 2. One ffmpeg pass over the opening (SCORER_OPENING_WINDOW, 10 s), decoded without the loop
- *    filter: frames are downscaled to at most 360 lines, their luma change measured
- *    (`signalstats`: motion), then converted to planar RGB (`format=gbrp`) before the `select`
- *    filter's scene score, because on YUV input that score looks at luma only and a cut between
- *    two colours of equal brightness would go unseen. The first frame whose score passes
- *    SCORER_CUT_THRESHOLD (0.3), later than SCORER_CUT_SKIP (0.2 s), is the first hard cut;
- *    `hook_duration_sec` is its time from the first frame (so a stream that starts late, as
- *    WebM with Opus pre-skip or MP4 edit lists do, is measured from its own start). A gradual
- *    change (cross-dissolve, fade) never scores that high in one frame, so it is not a cut.
- *    `ebur128` gives the loudness. The same pass writes the few frames read for text
- *    (TextFrames.ts).
+ *    filter: frames are downscaled to at most 180 lines (both measurements compare whole frames
+ *    and need no detail; at 360 lines the filters after the scale cost four times as much), their
+ *    luma change measured (`signalstats`: motion), then converted to planar RGB (`format=gbrp`)
+ *    before the `select` filter's scene score, because on YUV input that score looks at luma
+ *    only and a cut between two colours of equal brightness would go unseen. The first frame
+ *    whose score passes SCORER_CUT_THRESHOLD (0.3), later than SCORER_CUT_SKIP (0.2 s), is the
+ *    first hard cut; `hook_duration_sec` is its time from the first frame (so a stream that
+ *    starts late, as WebM with Opus pre-skip or MP4 edit lists do, is measured from its own
+ *    start). A gradual change (cross-dissolve, fade) never scores that high in one frame, so it
+ *    is not a cut. `ebur128` gives the loudness. The same pass writes the few frames read for
+ *    text (TextFrames.ts).
  * 3. BandModel.ts maps the measurements to a band.
  * 4. The on-screen hook: the frames are read (HookReader.ts, HookText.ts) and the line read is
  *    looked up in the catalog (HookNeighbours.ts: similar hooks, and the category they agree on).
@@ -84,7 +85,7 @@ export interface ClipScorerApi {
  * scene score, which on YUV input looks at luma only (a cut between two colours of equal
  * brightness would go unseen).
  */
-const measuringChain = "scale=w=-2:h='min(ih,360)':flags=fast_bilinear,signalstats,format=gbrp,select='gte(scene\\,0)'," +
+const measuringChain = "scale=w=-2:h='min(ih,180)':flags=fast_bilinear,signalstats,format=gbrp,select='gte(scene\\,0)'," +
   "metadata=mode=print:file=-"
 
 /**
