@@ -58,17 +58,19 @@ const startWorker = (cachePath: string) =>
  * or fails; after a failed start, none (logged once). Terminated with the layer.
  */
 const keptWorker = Effect.gen(function*() {
-  const cachePath = mkdtempSync(join(tmpdir(), "hookline-ocr-"))
+  let cachePath: string | undefined
   let current: Worker | "failed" | undefined
   yield* Effect.addFinalizer(() =>
     Effect.promise(async () => {
       if (current !== undefined && current !== "failed") await current.terminate().catch(() => undefined)
-      rmSync(cachePath, { recursive: true, force: true })
+      if (cachePath !== undefined) rmSync(cachePath, { recursive: true, force: true })
     })
   )
   const worker = Effect.suspend(() => {
     if (current === "failed") return Effect.succeed(Option.none<Worker>())
     if (current !== undefined) return Effect.succeed(Option.some(current))
+    // Made by the first reading: a process that never reads text leaves none behind, even when killed.
+    cachePath ??= mkdtempSync(join(tmpdir(), "hookline-ocr-"))
     return startWorker(cachePath).pipe(
       Effect.map((started) => {
         current = started
