@@ -32,6 +32,14 @@ const started: Array<ServerProcess> = []
 const databases: Array<{ readonly url: string; readonly pool: Pg.Pool }> = []
 let locker: Pg.PoolClient | null = null
 
+/** Ends the test's table lock, when one is held. */
+const releaseLock = async () => {
+  if (locker === null) return
+  await locker.query("ROLLBACK")
+  locker.release()
+  locker = null
+}
+
 const common = {
   WEBHOOK_ALLOW_PRIVATE: "true",
   WEBHOOK_ALLOW_INSECURE: "true",
@@ -49,10 +57,7 @@ beforeAll(() => {
 
 afterAll(async () => {
   probe.open()
-  if (locker !== null) {
-    await locker.query("ROLLBACK")
-    locker.release()
-  }
+  await releaseLock()
   for (const server of started) if (server.child.exitCode === null) server.kill("SIGKILL")
   await Promise.all(started.map((server) => server.exited))
   await receiver.stop()
@@ -149,10 +154,7 @@ const crashScenario = (processes: number) => async () => {
   // catalog. A hook get reserves, reads and settles in one transaction: the first waits for the
   // catalog, the others of its account for the wallet row it locked; a crash leaves nothing of them.
   // A scenario that failed while holding the lock left it to the next (its database would not drop).
-  if (locker !== null) {
-    await locker.query("ROLLBACK")
-    locker.release()
-  }
+  await releaseLock()
   locker = await db.connect()
   await locker.query("BEGIN")
   await locker.query("LOCK TABLE hooks, hook_search, hook_search_repeats IN ACCESS EXCLUSIVE MODE")
@@ -168,9 +170,7 @@ const crashScenario = (processes: number) => async () => {
   killHard(first)
   expect(await first.exited).toBe(137)
   const answers = await Promise.all(fired)
-  await locker.query("ROLLBACK")
-  locker.release()
-  locker = null
+  await releaseLock()
 
   const atCrash = {
     inFlight: answers.filter((a) => a === "cut off").length,
