@@ -26,6 +26,7 @@ import { seedDemoDatabase } from "../src/Hooks/DemoCatalog.js"
 import { wordsOf } from "../src/Predictions/HookText.js"
 import { ClipScorer } from "../src/Predictions/Scorer.js"
 import { captionClipDir, ffmpegPath, makeCaptionClip } from "../test/support/captionClips.js"
+import { removeTempDirs } from "../test/support/tempDirs.js"
 import { type CaptionStyleName, captionStyles, heldOutLines, styledClip, wordAccuracy } from "../test/support/captionStyles.js"
 import { type HeldOutClip, heldOutClipFile, heldOutClips } from "./support/heldOutClips.js"
 import { createAccounts, freshDatabase, type HooklineServer, repositoryRoot, startHookline } from "./support/processes.js"
@@ -289,6 +290,7 @@ const styleRows = async (dir: string) => {
 
 if (import.meta.main) {
   const dir = captionClipDir()
+  process.on("exit", removeTempDirs)
   const chosen = ["--cpu", "--styles", "--held-out"].filter((flag) => process.argv.includes(flag))
   const runs = (flag: string) => chosen.length === 0 || chosen.includes(flag)
   if (runs("--cpu")) console.log(JSON.stringify({ scenario: "hook reading: scorer CPU", ...(await cpuRows(dir)) }, null, 2))
@@ -304,5 +306,7 @@ if (import.meta.main) {
     printSummary(summary, root === repositoryRoot ? "this checkout" : root)
     console.log(JSON.stringify({ misread: summary.misread, category_misses: summary.categoryMisses }, null, 2))
   }
+  // The scorer's layer closes: its OCR worker stops and its cache directory goes.
+  await scorerRuntime.dispose()
   process.exit(0)
 }

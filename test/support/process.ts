@@ -178,7 +178,13 @@ const spawnMain = async (
   printed: (output: string) => boolean = () => true
 ): Promise<ServerProcess> => {
   const url = `http://127.0.0.1:${port}`
-  const child = Bun.spawn([process.execPath, "src/main.ts"], { cwd: root, env, stdout: "pipe", stderr: "pipe" })
+  // Its own temporary directory, removed with the test's: what a killed server leaves there goes too.
+  const child = Bun.spawn([process.execPath, "src/main.ts"], {
+    cwd: root,
+    env: { TMPDIR: tempDir("hookline-proc-tmp-"), ...env },
+    stdout: "pipe",
+    stderr: "pipe"
+  })
   let output = ""
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     const decoder = new TextDecoder()
