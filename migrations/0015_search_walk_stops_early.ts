@@ -42,7 +42,6 @@ export default Effect.gen(function*() {
       pair text[];
       adjacent_rank real := ts_rank('a:1 b:2'::tsvector, 'a & b'::tsquery);
       page_ids text[];
-      page_ranks real[];
       page_sorts bigint[];
       start_ms bigint := 9223372036854775807;
       start_id text := '';
@@ -152,13 +151,12 @@ export default Effect.gen(function*() {
             -- fills the page. A next pass goes on from the last match read (the entries after it,
             -- up to where this walk ended, are read again: fewer than reading where it ended).
             OPEN walk_rows FOR
-              SELECT v.id, v.sort_ms, v.tier FROM (
-                SELECT s.id, s.sort_ms, s.doc @@ q AS hit,
-                       CASE WHEN s.doc @@ q THEN ts_rank(s.doc, q) = adjacent_rank ELSE false END AS tier
-                  FROM hook_search s
+              SELECT v.id, v.sort_ms, ts_rank(v.doc, q) = adjacent_rank FROM (
+                SELECT s.id, s.sort_ms, s.doc FROM hook_search s
                  WHERE (s.sort_ms, s.id) < (walk_ms, walk_id)
                  ORDER BY s.sort_ms DESC, s.id DESC LIMIT walk_limit - walked) v
-               WHERE v.hit;
+               WHERE v.doc @@ q
+               ORDER BY v.sort_ms DESC, v.id DESC;
             LOOP
               FETCH walk_rows INTO row_id, row_ms, row_tier;
               EXIT WHEN NOT FOUND;
