@@ -119,17 +119,20 @@ describe("every common caption style", () => {
   const readings = new Map<CaptionStyleName, Array<{ truth: string; read: string | null }>>()
   beforeAll(async () => {
     const dir = captionClipDir()
-    const scorer = await Effect.runPromise(Effect.service(ClipScorer).pipe(
+    // Every clip is scored inside the scorer layer's scope: its OCR worker and cache directory go when it closes.
+    await Effect.runPromise(Effect.gen(function*() {
+      const scorer = yield* ClipScorer
+      for (const [s, style] of styles.entries()) {
+        for (const [k, variant] of [0, 3].entries()) {
+          const truth = heldOutLines[(2 * s + k) % heldOutLines.length]
+          const path = yield* Effect.promise(() => makeCaptionClip(join(dir, `style-${s}-${k}.mp4`), styledClip(style, truth, variant)))
+          const score = yield* scorer.score({ path })
+          readings.set(style, [...(readings.get(style) ?? []), { truth, read: score.hook?.text ?? null }])
+        }
+      }
+    }).pipe(
       Effect.provide(ClipScorer.layer.pipe(Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: { SCORER_TEXT_TIMEOUT: "60 seconds" } })))))
     ))
-    for (const [s, style] of styles.entries()) {
-      for (const [k, variant] of [0, 3].entries()) {
-        const truth = heldOutLines[(2 * s + k) % heldOutLines.length]
-        const path = await makeCaptionClip(join(dir, `style-${s}-${k}.mp4`), styledClip(style, truth, variant))
-        const score = await Effect.runPromise(scorer.score({ path }))
-        readings.set(style, [...(readings.get(style) ?? []), { truth, read: score.hook?.text ?? null }])
-      }
-    }
   }, 240_000)
 
   test.each(styles)("%s: read over still and moving footage, on one line and two", (style) => {
