@@ -49,16 +49,23 @@ export const ServerConfig = Config.all({
 })
 export type ServerConfig = Config.Success<typeof ServerConfig>
 
+/** A setting that is present but unreadable: the boot fails with this message. */
+export const invalidSetting = (message: string) =>
+  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
+
+/** A whole-number setting of at least 1, `fallback` when unset. */
+export const countSetting = (name: string, fallback: number) =>
+  Config.Int(name).pipe(
+    Config.withDefault(fallback),
+    Config.mapEffect((n) => (n >= 1 ? Effect.succeed(n) : invalidSetting(`${name} must be at least 1`)))
+  )
+
 /**
  * Several server processes from one command (src/System/Supervisor.ts). WEB_CONCURRENCY is the
  * number of processes; above 1, `bun src/main.ts` supervises that many children on one port.
  */
 export const ProcessesConfig = Config.all({
-  processes: Config.Int("WEB_CONCURRENCY").pipe(
-    Config.withDefault(1),
-    Config.mapEffect((n) =>
-      n >= 1 ? Effect.succeed(n) : Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: "WEB_CONCURRENCY must be at least 1" })))))
-  ),
+  processes: countSetting("WEB_CONCURRENCY", 1),
   /** The wait before a child that died is replaced; doubled at each death in a row, up to the max. */
   restartDelay: Config.Duration("WEB_RESTART_DELAY").pipe(Config.withDefault(Duration.seconds(1))),
   /** The longest wait before a replacement; a child that lived this long resets the wait. */

@@ -8,9 +8,10 @@
  * Every /v1 answer carries the IETF `RateLimit-Policy` and `RateLimit` headers; a 429 also
  * carries `Retry-After`. A limited request is refused before any reserve, so it is never charged.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option } from "effect"
 import { HttpEffect, HttpServerResponse } from "effect/http"
 import { RateLimiter, Redis } from "effect/persistence"
+import { invalidSetting } from "../Config.js"
 import { wholeSeconds } from "../Durations.js"
 import { type InvalidApiKey, RateLimitExceeded } from "../Errors.js"
 import { makeBunRedis } from "./BunRedis.js"
@@ -27,9 +28,6 @@ interface Bucket {
   readonly burst: number
 }
 
-/** A setting that is present but unreadable: the boot fails with this message. */
-const invalid = (message: string) =>
-  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
 
 /** A tier's bucket as `rate/burst` (requests per second / burst), docs/behaviour.md's values by default. */
 const bucketConfig = (name: string, variable: string, fallback: string) =>
@@ -38,7 +36,7 @@ const bucketConfig = (name: string, variable: string, fallback: string) =>
     Config.mapEffect((text) => {
       const match = /^\s*(\d+(?:\.\d+)?)\s*\/\s*(\d+)\s*$/.exec(text)
       return match === null || Number(match[1]) <= 0 || Number(match[2]) < 1
-        ? invalid(`${variable} must be "rate/burst", e.g. "${fallback}"`)
+        ? invalidSetting(`${variable} must be "rate/burst", e.g. "${fallback}"`)
         : Effect.succeed<Bucket>({ name, rate: Number(match[1]), burst: Number(match[2]) })
     })
   )

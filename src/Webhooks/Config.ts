@@ -3,7 +3,8 @@
  * (docs/configuration.md). Durations accept the short form ("5s", "100ms", "2h") or
  * Effect's ("5 seconds").
  */
-import { Config, Duration, Effect, Option, Result, Schema, SchemaIssue } from "effect"
+import { Config, Duration, Effect, Option, Result, Schema } from "effect"
+import { countSetting, invalidSetting } from "../Config.js"
 
 const shortDuration = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/
 const unitMillis: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
@@ -18,15 +19,12 @@ export const parseDuration = (text: string): Option.Option<Duration.Duration> =>
   return decodeEffectDuration(trimmed)
 }
 
-/** A setting that is present but unreadable: the boot fails with this message. */
-const invalid = (message: string) =>
-  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
 
 const duration = (name: string, fallback: Duration.Duration) =>
   Config.String(name).pipe(
     Config.mapEffect((text) =>
       Option.match(parseDuration(text), {
-        onNone: () => invalid(`${name}: "${text}" is not a duration (e.g. 5s, 100ms, 2h)`),
+        onNone: () => invalidSetting(`${name}: "${text}" is not a duration (e.g. 5s, 100ms, 2h)`),
         onSome: Effect.succeed
       })
     ),
@@ -60,7 +58,7 @@ export const WebhookConfig = Config.all({
     Config.withDefault(defaultRetrySchedule),
     Config.mapEffect((text) =>
       Result.match(parseRetrySchedule(text), {
-        onFailure: (message) => invalid(`WEBHOOK_RETRY_SCHEDULE: ${message}`),
+        onFailure: (message) => invalidSetting(`WEBHOOK_RETRY_SCHEDULE: ${message}`),
         onSuccess: Effect.succeed
       })
     )
@@ -84,10 +82,7 @@ export const WebhookConfig = Config.all({
   /** The gap between the attempts of deliveries queued again by a recovery. */
   recoverPace: duration("WEBHOOK_RECOVER_PACE", Duration.millis(100)),
   /** Deliveries one process attempts at the same time. */
-  concurrency: Config.Int("WEBHOOK_DISPATCH_CONCURRENCY").pipe(
-    Config.withDefault(16),
-    Config.mapEffect((n) => (n >= 1 ? Effect.succeed(n) : invalid("WEBHOOK_DISPATCH_CONCURRENCY must be at least 1")))
-  )
+  concurrency: countSetting("WEBHOOK_DISPATCH_CONCURRENCY", 16)
 })
 export type WebhookConfig = Config.Success<typeof WebhookConfig>
 
