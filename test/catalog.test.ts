@@ -10,6 +10,7 @@ import { hookColumns, upsertHooksSql } from "../src/Hooks/CatalogSql.js"
 import type { HookRecord } from "../src/Hooks/HookRecord.js"
 import { type ErrorBody, type HookPage, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
 import { expectEnvelope } from "./support/envelope.js"
+import { eventually } from "./support/receiver.js"
 import { hookRecord } from "./support/hookRecord.js"
 
 let server: TestServer
@@ -719,6 +720,90 @@ describe("a search or list that runs too long", () => {
       await blocker.end()
       await observer.end()
       await slow.close()
+    }
+  })
+})
+
+describe("page queries take turns (SEARCH_CONCURRENCY)", () => {
+  /** A server whose page queries run one at a time, with the catalog locked by a connection of the test's own. */
+  const oneAtATime = async (searchTimeout: string) => {
+    const gated = await startTestServer({ SEARCH_CONCURRENCY: "1", SEARCH_TIMEOUT: searchTimeout, CATALOG_CACHE_ENTRIES: "0" })
+    const blocker = new Pg.Client({ connectionString: gated.databaseUrl })
+    await blocker.connect()
+    await blocker.query("BEGIN")
+    await blocker.query("LOCK TABLE hook_search IN ACCESS EXCLUSIVE MODE")
+    const account = await gated.account({ plan: "enterprise", monthly_balance: 100 })
+    const pendingHolds = async () =>
+      Number((await gated.db.query("SELECT count(*) AS n FROM holds WHERE account_id = $1 AND status = 'pending'", [account.accountId])).rows[0].n)
+    const searchesInDatabase = async () =>
+      Number((await gated.db.query(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%hook_search_page%' AND state = 'active' AND pid <> pg_backend_pid()"
+      )).rows[0].n)
+    return {
+      gated,
+      account,
+      pendingHolds,
+      searchesInDatabase,
+      release: () => blocker.query("ROLLBACK"),
+      close: async () => {
+        await blocker.end()
+        await gated.close()
+      }
+    }
+  }
+
+  test("beyond it a search waits outside the database, in arrival order, and is answered once its turn comes", async () => {
+    const setup = await oneAtATime("60 seconds")
+    try {
+      const answered: Array<string> = []
+      const search = (q: string) =>
+        setup.gated.request(`/v1/hooks/search?q=${q}`, { key: setup.account.key }).then((response) => {
+          answered.push(q)
+          return response
+        })
+      const first = search("turnone")
+      await eventually("the first search waits for the locked catalog in the database", async () => (await setup.searchesInDatabase()) === 1)
+      const second = search("turntwo")
+      await eventually("the second search holds its credits", async () => (await setup.pendingHolds()) === 2)
+      const third = search("turnthree")
+      await eventually("the third search holds its credits", async () => (await setup.pendingHolds()) === 3)
+      // Past their holds, both would be in the database within milliseconds if nothing held them back.
+      for (let look = 0; look < 20; look++) {
+        expect(await setup.searchesInDatabase()).toBe(1)
+        await Bun.sleep(25)
+      }
+      await setup.release()
+      const responses = await Promise.all([first, second, third])
+      expect(responses.map((response) => response.status)).toEqual([200, 200, 200])
+      expect(answered).toEqual(["turnone", "turntwo", "turnthree"])
+      const state = await ledgerState(setup.gated.db, setup.account.accountId)
+      expect(state.pendingHolds).toBe(0)
+      expect(state.monthly).toBe(state.journalMonthly)
+    } finally {
+      await setup.close()
+    }
+  })
+
+  test("the wait for a turn counts toward SEARCH_TIMEOUT: searches queued behind a stuck one are answered 503 by their deadline and cost nothing", async () => {
+    const setup = await oneAtATime("1 second")
+    try {
+      const running = setup.gated.request("/v1/hooks/search?q=turnrunning", { key: setup.account.key })
+      await eventually("the first search waits for the locked catalog in the database", async () => (await setup.searchesInDatabase()) === 1)
+      const sent = performance.now()
+      const queued = await Promise.all(["turnqueuedone", "turnqueuedtwo", "turnqueuedthree"].map((q) =>
+        setup.gated.request(`/v1/hooks/search?q=${q}`, { key: setup.account.key })))
+      // Had each waited for its turn and then had a second of its own, the last would answer after about three.
+      expect(performance.now() - sent).toBeLessThan(2_500)
+      for (const response of queued) {
+        expectEnvelope(response, 503, "service_unavailable")
+        expect(response.headers.get("x-credits-charged")).toBeNull()
+      }
+      expect((await running).status).toBe(503)
+      await setup.release()
+      const state = await ledgerState(setup.gated.db, setup.account.accountId)
+      expect({ monthly: state.monthly, journal: state.journalMonthly, pending: state.pendingHolds }).toEqual({ monthly: 100, journal: 100, pending: 0 })
+    } finally {
+      await setup.close()
     }
   })
 })

@@ -6,7 +6,7 @@
  * and makes database and decoding failures defects. Page queries carry SEARCH_TIMEOUT as a
  * deadline that cancels them on the server. The bulk import's staging statements are here too.
  */
-import { Array as Arr, Context, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Array as Arr, Context, Duration, Effect, Layer, Option, Schema, Semaphore } from "effect"
 import { SqlClient } from "effect/sql"
 import { ServiceUnavailable } from "../Errors.js"
 import { atRepoBoundary } from "../Repository.js"
@@ -218,13 +218,15 @@ const make = Effect.gen(function*() {
   const { searchTimeout } = config
   const bounded = atRepoBoundary("CatalogRepo", statements(sql))
 
+  const pageTurns = yield* Semaphore.make(config.searchConcurrency)
+
   /**
-   * A page under SEARCH_TIMEOUT, on a connection of its own. Past it the statement is interrupted,
-   * which makes the driver cancel the query on the server and wait for it to stop; only then is
-   * the caller answered 503.
+   * A page under SEARCH_TIMEOUT, in its turn (SEARCH_CONCURRENCY), on a connection of its own.
+   * Past the deadline, waiting or running, the statement is interrupted, which makes the driver
+   * cancel the query on the server and wait for it to stop; only then is the caller answered 503.
    */
   const underDeadline = (what: string, advice: string) => <A>(page: Effect.Effect<A>) =>
-    Effect.timeoutOrElse(onOwnConnection(sql, page), {
+    Effect.timeoutOrElse(pageTurns.withPermits(1)(onOwnConnection(sql, page)), {
       duration: searchTimeout,
       orElse: () =>
         Effect.fail(new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(searchTimeout)}; ${advice}` }))
