@@ -380,7 +380,7 @@ describe("pagination", () => {
     for (const q of ["plumcake velvetine", "velvetine plumcakes"]) {
       const expected = await oracle(q)
       expect(expected).toHaveLength(94)
-      for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 60], [7, 20], [20, 10_000], [51, 10_000], [3, 5], [3, 2]] as const) {
+      for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 60], [7, 20], [20, 10_000], [51, 10_000], [3, 5], [3, 2], [1_000, 10_000]] as const) {
         expect(await walkSql(q, pageSize, walkWindow)).toEqual(expected)
       }
       const pages = await walk(() => search(q), (cursor) => search(q, cursor))
