@@ -115,11 +115,14 @@ if (wanted("hook-reading")) {
   ])
 }
 
-const postgresVersion = await (async () => {
+// The server's version and its buffer cache: a catalog larger than shared_buffers is read from
+// the kernel's page cache page by page, which the catalog rows' figures depend on.
+const postgres = await (async () => {
   const client = new Pg.Client({ connectionString: adminDatabaseUrl })
   await client.connect()
   try {
-    return (await client.query<{ server_version: string }>("SHOW server_version")).rows[0].server_version
+    const setting = async (name: string) => (await client.query<Record<string, string>>(`SHOW ${name}`)).rows[0][name]
+    return `PostgreSQL ${await setting("server_version")}, shared_buffers ${await setting("shared_buffers")}`
   } finally {
     await client.end()
   }
@@ -129,7 +132,7 @@ const elapsed = (performance.now() - started) / 1000
 const table = renderTable(rows)
 console.log(`\nHookline benchmark (${options.quick ? "quick" : "full"}): ${settings.concurrency} concurrent, ` +
   `${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured per side (HTTP rows: ${pairedRounds} windows, the sides taking turns), pool ${poolSize}, ` +
-  `${cpus().length} CPUs, Bun ${Bun.version}, PostgreSQL ${postgresVersion}; ${elapsed.toFixed(0)} s in all\n`)
+  `${cpus().length} CPUs, Bun ${Bun.version}, ${postgres}; ${elapsed.toFixed(0)} s in all\n`)
 console.log(table)
 
 const round = (value: number) => Math.round(value * 100) / 100
@@ -153,7 +156,7 @@ writeFileSync(
       generated_at: new Date().toISOString(),
       mode: options.quick ? "quick" : "full",
       settings: { ...settings, pool_size: poolSize },
-      machine: { cpus: cpus().length, cpu_model: cpus()[0]?.model ?? null, memory_gb: round(totalmem() / 2 ** 30), bun: Bun.version, postgres: postgresVersion },
+      machine: { cpus: cpus().length, cpu_model: cpus()[0]?.model ?? null, memory_gb: round(totalmem() / 2 ** 30), bun: Bun.version, postgres },
       elapsed_seconds: round(elapsed),
       scenarios: rows.map((row) => ({
         scenario: row.scenario,
