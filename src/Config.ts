@@ -9,6 +9,17 @@ import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writ
 import { join, resolve } from "node:path"
 
 
+/** A setting that is present but unreadable: the boot fails with this message. */
+export const invalidSetting = (message: string) =>
+  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
+
+/** A whole-number setting of at least 1, `fallback` when unset. */
+export const countSetting = (name: string, fallback: number) =>
+  Config.Int(name).pipe(
+    Config.withDefault(fallback),
+    Config.mapEffect((n) => (n >= 1 ? Effect.succeed(n) : invalidSetting(`${name} must be at least 1`)))
+  )
+
 export const ServerConfig = Config.all({
   port: Config.Int("PORT").pipe(Config.withDefault(8080)),
   host: Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
@@ -39,6 +50,11 @@ export const ServerConfig = Config.all({
    * multiplexing); transactions and deadline-bound pages keep a connection of their own.
    */
   dbPipeline: Config.Boolean("DB_PIPELINE").pipe(Config.withDefault(true)),
+  /**
+   * Statements one shared connection carries at once: a statement waiting for a lock holds up
+   * at most this many less one behind it (the driver's own default, 32, unless set).
+   */
+  dbPipelineDepth: countSetting("DB_PIPELINE_DEPTH", 32),
   /** How long a request whose client hung up may still run before it is interrupted (src/System/Server.ts). */
   dbCancelGrace: Config.Duration("DB_CANCEL_GRACE").pipe(Config.withDefault(Duration.millis(100))),
   /** At shutdown, how long the server waits for the answers of drained requests to be written before closing their connections. */
@@ -48,17 +64,6 @@ export const ServerConfig = Config.all({
   demoCatalogSize: Config.Int("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))
 })
 export type ServerConfig = Config.Success<typeof ServerConfig>
-
-/** A setting that is present but unreadable: the boot fails with this message. */
-export const invalidSetting = (message: string) =>
-  Effect.fail(new Config.ConfigError(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message }))))
-
-/** A whole-number setting of at least 1, `fallback` when unset. */
-export const countSetting = (name: string, fallback: number) =>
-  Config.Int(name).pipe(
-    Config.withDefault(fallback),
-    Config.mapEffect((n) => (n >= 1 ? Effect.succeed(n) : invalidSetting(`${name} must be at least 1`)))
-  )
 
 /**
  * Several server processes from one command (src/System/Supervisor.ts). WEB_CONCURRENCY is the

@@ -5,9 +5,8 @@
  *
  * What the driver does that Hookline relies on:
  * - On DATABASE_URL, statements of different requests share the pool's connections, pipelined
- *   into one write each tick (DB_PIPELINE=false gives every statement a connection of its own).
- *   A shared connection cannot cancel one statement among others: an interrupted one (the client
- *   hung up) is left to finish and its rows dropped, within DB_STATEMENT_TIMEOUT.
+ *   into one write each tick, DB_PIPELINE_DEPTH at most on one (DB_PIPELINE=false: one each). One
+ *   such statement cannot be cancelled: an interrupted one runs on (within DB_STATEMENT_TIMEOUT).
  * - On a connection of its own (a transaction, or `onOwnConnection`), a statement whose fiber is
  *   interrupted is cancelled on the server about 10 ms later, and its caller resumes only once it
  *   has stopped: a deadline around it is one the server honours. A connection whose statement
@@ -93,6 +92,7 @@ const networkClients = (url: Redacted.Redacted, config: ServerConfig) =>
       maxConnections: config.pgMaxConnections,
       idleTimeout: idleTimeoutOf(config.pgIdleTimeout),
       multiplex: config.dbPipeline,
+      multiplexConcurrency: config.dbPipelineDepth,
       // Startup parameters: every session starts with them, no extra round trip.
       startupParameters: {
         statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))),

@@ -60,3 +60,55 @@ describe("idle pool connections", () => {
     }
   }, 60_000)
 })
+
+describe("statements pipelined on a shared connection (DB_PIPELINE)", () => {
+  /**
+   * Account A's hold waits for its wallet row, locked by the test; ten wallet reads of account B
+   * follow. Answers how many of B's reads were answered while A's statement still waited.
+   */
+  const answeredBehindALockWait = async (depth: string) => {
+    const server = await startTestServer({ DB_PIPELINE_DEPTH: depth, CATALOG_CACHE_ENTRIES: "0" }, { background: false })
+    const locker = await server.db.connect()
+    try {
+      const [a, b] = await Promise.all([server.account({ monthly_balance: 100 }), server.account()])
+      // Both keys known to the server's key cache, so each request below sends one statement.
+      expect(await walletStatus(server, a.key)).toBe(200)
+      expect(await walletStatus(server, b.key)).toBe(200)
+      await locker.query("BEGIN")
+      await locker.query("SELECT 1 FROM wallets WHERE account_id = $1 FOR UPDATE", [a.accountId])
+      const held = server.request("/v1/hooks/search?q=pipelined", { key: a.key })
+      const waitingForLock = async () =>
+        Number((await server.db.query(
+          "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'hookline' AND wait_event_type = 'Lock'"
+        )).rows[0].n) === 1
+      expect(await eventually(waitingForLock, 10_000)).toBe(true)
+      let answered = 0
+      const reads = Array.from({ length: 10 }, () => walletStatus(server, b.key).then((status) => {
+        if (status === 200) answered++
+        return status
+      }))
+      await eventually(async () => answered >= 9, 5_000)
+      const whileLocked = answered
+      expect(await waitingForLock()).toBe(true)
+      await locker.query("ROLLBACK")
+      expect(await Promise.all(reads)).toEqual(Array.from({ length: 10 }, () => 200))
+      expect((await held).status).toBe(200)
+      return whileLocked
+    } finally {
+      locker.release()
+      await server.close()
+    }
+  }
+
+  test("a statement waiting for a lock holds up at most DB_PIPELINE_DEPTH - 1 statements of other requests", async () => {
+    expect(await answeredBehindALockWait("2")).toBeGreaterThanOrEqual(9)
+  }, 60_000)
+
+  test("DB_PIPELINE_DEPTH is 32 unless set, and must be at least 1", async () => {
+    const depthOf = (env: Record<string, string>) =>
+      Effect.runPromise(ServerConfig.parse(ConfigProvider.fromEnv({ env })).pipe(Effect.map((config) => config.dbPipelineDepth)))
+    expect(await depthOf({})).toBe(32)
+    expect(await depthOf({ DB_PIPELINE_DEPTH: "4" })).toBe(4)
+    await expect(depthOf({ DB_PIPELINE_DEPTH: "0" })).rejects.toThrow("DB_PIPELINE_DEPTH")
+  })
+})

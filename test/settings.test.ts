@@ -12,7 +12,7 @@ const read = <A>(config: Config.Config<A>, env: Record<string, string>) =>
   Effect.runSync(Effect.result(config.parse(ConfigProvider.fromUnknown(env))))
 
 describe.each([
-  ["SEARCH_CONCURRENCY", 4, (env: Record<string, string>) => Result.map(read(CatalogConfig, env), (config) => config.searchConcurrency)],
+  ["SEARCH_CONCURRENCY", 6, (env: Record<string, string>) => Result.map(read(CatalogConfig, env), (config) => config.searchConcurrency)],
   ["WEBHOOK_DISPATCH_CONCURRENCY", 16, (env: Record<string, string>) => Result.map(read(WebhookConfig, env), (config) => config.concurrency)],
   ["WEB_CONCURRENCY", 1, (env: Record<string, string>) => Result.map(read(ProcessesConfig, env), (config) => config.processes)]
 ] as const)("%s", (name, fallback, value) => {

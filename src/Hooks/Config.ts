@@ -18,11 +18,11 @@ export const CatalogConfig = Config.all({
   searchWalkWindow: Config.Int("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
   /**
    * Catalog page queries (search, list, similar hooks) one process runs in the database at once;
-   * the others wait their turn in arrival order, within SEARCH_TIMEOUT. A few at a time answer as
-   * many pages per second as many at once, and a slow query then delays only its own caller
-   * instead of slowing every query it shares the database's cores with.
+   * the others wait their turn in arrival order, within SEARCH_TIMEOUT. A slow query then delays
+   * its own caller instead of slowing every query it shares the database's cores with; too few
+   * turns leave cheap queries waiting on round trips (docs/configuration.md has the figures).
    */
-  searchConcurrency: countSetting("SEARCH_CONCURRENCY", 4),
+  searchConcurrency: countSetting("SEARCH_CONCURRENCY", 6),
   /** First pages of search, and of list, kept in memory per process: up to this many each (0 turns the cache off). */
   cacheEntries: Config.Int("CATALOG_CACHE_ENTRIES").pipe(Config.withDefault(1_000)),
   /** Records staged per insert statement during an import (they reach the catalog together at its end). */
