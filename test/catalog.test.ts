@@ -8,7 +8,7 @@ import { createHash } from "node:crypto"
 import Pg from "pg"
 import { hookColumns, upsertHooksSql } from "../src/Hooks/CatalogSql.js"
 import type { HookRecord } from "../src/Hooks/HookRecord.js"
-import { type ErrorBody, type HookPage, ledgerState, type Response, startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, type HookPage, ledgerState, type Response, startTestServer, statementsRunning, type TestServer } from "./support/server.js"
 import { expectEnvelope } from "./support/envelope.js"
 import { eventually } from "./support/receiver.js"
 import { hookRecord } from "./support/hookRecord.js"
@@ -708,11 +708,8 @@ describe("a search or list that runs too long", () => {
       expect(response.status).toBe(503)
       expect((response.body as ErrorBody).error.type).toBe("service_unavailable")
       expect(response.headers.get("x-credits-charged")).toBeNull()
-      const waiting = await observer.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1 AND state = 'active' AND pid <> pg_backend_pid() AND pid <> $2",
-        [`%${runningQuery}%`, (blocker as Pg.Client & { readonly processID: number }).processID]
-      )
-      expect(waiting.rows[0].n).toBe(0)
+      // The blocker sits idle in its transaction: only the cancelled statement could still be active.
+      expect(await statementsRunning(observer, `%${runningQuery}%`)).toBe(0)
       await blocker.query("ROLLBACK")
       expect(await wallet()).toEqual({ monthly: 10, journal: 10, pending: 0 })
       expect((await slow.request(path, { key: account.key })).status).toBe(200)
@@ -733,12 +730,8 @@ describe("page queries take turns (SEARCH_CONCURRENCY)", () => {
     await blocker.query("BEGIN")
     await blocker.query("LOCK TABLE hook_search IN ACCESS EXCLUSIVE MODE")
     const account = await gated.account({ plan: "enterprise", monthly_balance: 100 })
-    const pendingHolds = async () =>
-      Number((await gated.db.query("SELECT count(*) AS n FROM holds WHERE account_id = $1 AND status = 'pending'", [account.accountId])).rows[0].n)
-    const searchesInDatabase = async () =>
-      Number((await gated.db.query(
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%hook_search_page%' AND state = 'active' AND pid <> pg_backend_pid()"
-      )).rows[0].n)
+    const pendingHolds = async () => (await ledgerState(gated.db, account.accountId)).pendingHolds
+    const searchesInDatabase = () => statementsRunning(gated.db, "%hook_search_page%")
     return {
       gated,
       account,

@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, test } from "bun:test"
 import type Pg from "pg"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { startTestServer, statementsRunning, type TestServer } from "./support/server.js"
 
 const servers: Array<TestServer> = []
 afterEach(async () => {
@@ -47,12 +47,6 @@ const importMoneyHooks = async (server: TestServer) => {
   expect(imported.status).toBe(200)
   expect(imported.body).toMatchObject({ inserted: 3, rejected_count: 0 })
 }
-
-const searchesRunning = async (db: Pg.Pool) =>
-  (await db.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND state = 'active' AND query LIKE '%hook_search%' AND pid <> pg_backend_pid()`
-  )).rows[0].n
 
 /** A server with this DB_CANCEL_GRACE (on `databaseUrl` when given, else a new database). */
 const serverWithGrace = async (grace: string, databaseUrl?: string) => {
@@ -96,7 +90,7 @@ describe("a client that hangs up", () => {
       const search = await startSearch(server)
       await search.hangUp()
       await eventually("the hold is refunded", async () => (await holdStatus(server.db, search.accountId)).join() === "refunded")
-      expect(await searchesRunning(server.db)).toBe(0)
+      expect(await statementsRunning(server.db, "%hook_search%")).toBe(0)
     } finally {
       await release()
     }
@@ -118,7 +112,7 @@ describe("a client that hangs up", () => {
       await search.hangUp()
       await witness.hangUp()
       await eventually("the short grace's hold is refunded", async () => (await holdStatus(server.db, witness.accountId)).join() === "refunded")
-      expect(await searchesRunning(server.db)).toBe(1)
+      expect(await statementsRunning(server.db, "%hook_search%")).toBe(1)
       expect(await holdStatus(server.db, accountId)).toEqual(["pending"])
     } finally {
       await release()

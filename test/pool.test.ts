@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test"
 import { ConfigProvider, Duration, Effect } from "effect"
 import { ServerConfig } from "../src/Config.js"
-import { startTestServer, type TestServer } from "./support/server.js"
+import { startTestServer, statementsWaitingOnLocks, type TestServer } from "./support/server.js"
 
 /** The server's own backends on its database, by process id. */
 const serverBackends = async (server: TestServer): Promise<Array<number>> => {
@@ -77,10 +77,7 @@ describe("statements pipelined on a shared connection (DB_PIPELINE)", () => {
       await locker.query("BEGIN")
       await locker.query("SELECT 1 FROM wallets WHERE account_id = $1 FOR UPDATE", [a.accountId])
       const held = server.request("/v1/hooks/search?q=pipelined", { key: a.key })
-      const waitingForLock = async () =>
-        Number((await server.db.query(
-          "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'hookline' AND wait_event_type = 'Lock'"
-        )).rows[0].n) === 1
+      const waitingForLock = async () => (await statementsWaitingOnLocks(server.db)) === 1
       expect(await eventually(waitingForLock, 10_000)).toBe(true)
       let answered = 0
       const reads = Array.from({ length: 10 }, () => walletStatus(server, b.key).then((status) => {
@@ -103,12 +100,4 @@ describe("statements pipelined on a shared connection (DB_PIPELINE)", () => {
   test("a statement waiting for a lock holds up at most DB_PIPELINE_DEPTH - 1 statements of other requests", async () => {
     expect(await answeredBehindALockWait("2")).toBeGreaterThanOrEqual(9)
   }, 60_000)
-
-  test("DB_PIPELINE_DEPTH is 32 unless set, and must be at least 1", async () => {
-    const depthOf = (env: Record<string, string>) =>
-      Effect.runPromise(ServerConfig.parse(ConfigProvider.fromEnv({ env })).pipe(Effect.map((config) => config.dbPipelineDepth)))
-    expect(await depthOf({})).toBe(32)
-    expect(await depthOf({ DB_PIPELINE_DEPTH: "4" })).toBe(4)
-    await expect(depthOf({ DB_PIPELINE_DEPTH: "0" })).rejects.toThrow("DB_PIPELINE_DEPTH")
-  })
 })

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { newId } from "../src/Ids.js"
 import { expectEnvelope } from "./support/envelope.js"
-import { type ErrorBody, ledgerState, startTestServer, type TestServer } from "./support/server.js"
+import { type ErrorBody, ledgerState, startTestServer, statementsWaitingOnLocks, type TestServer } from "./support/server.js"
 
 const timeoutMs = 400
 const statementTimedOutMessage = "The database took too long to answer and the request was cancelled; nothing was charged. Retry in a moment."
@@ -40,21 +40,15 @@ const whileLocked = async <T>(table: string, body: () => Promise<T>): Promise<T>
 }
 
 /**
- * Statements of the server still running, waiting on a lock the test holds. A request answered
- * while its statement still waits would leave it to run on (and take a connection) once the lock
- * goes: PostgreSQL must have stopped it by the time the request is answered.
+ * The answer to `path` while `table` is locked, and how many of the server's statements still wait
+ * on the lock then. A request answered while its statement still waits would leave it to run on
+ * (and take a connection) once the lock goes: PostgreSQL must have stopped it by the time the
+ * request is answered.
  */
-const statementsWaitingOnLocks = async () =>
-  (await server.db.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND application_name = 'hookline' AND state = 'active' AND wait_event_type = 'Lock'`
-  )).rows[0].n
-
-/** The answer to `path` while `table` is locked, and how many of the server's statements still wait on the lock then. */
 const requestWhileLocked = (table: string, path: string) =>
   whileLocked(table, async () => {
     const response = await server.request<ErrorBody>(path, { key })
-    return { response, stillWaiting: await statementsWaitingOnLocks() }
+    return { response, stillWaiting: await statementsWaitingOnLocks(server.db) }
   })
 
 const journalRows = async () =>

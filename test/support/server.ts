@@ -323,6 +323,24 @@ export const startTestServer = async (
   return server
 }
 
+/** Something that runs a query: a pool, or a client of the test's own. */
+type Queryable = Pick<Pg.Pool, "query">
+
+/** Statements of other sessions on `db`'s database running now (not idle or waiting idle in a transaction) whose text is LIKE `pattern`. */
+export const statementsRunning = async (db: Queryable, pattern: string) =>
+  (await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND state = 'active' AND query LIKE $1 AND pid <> pg_backend_pid()`,
+    [pattern]
+  )).rows[0].n
+
+/** The server's statements on `db`'s database waiting for a lock now. */
+export const statementsWaitingOnLocks = async (db: Queryable) =>
+  (await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND application_name = 'hookline' AND state = 'active' AND wait_event_type = 'Lock'`
+  )).rows[0].n
+
 /** Sums of the journal per bucket, next to the wallet's balances, for one account. */
 export const ledgerState = async (db: Pg.Pool, accountId: string) => {
   const { rows } = await db.query<{
