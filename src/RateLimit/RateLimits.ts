@@ -28,7 +28,6 @@ interface Bucket {
   readonly burst: number
 }
 
-
 /** A tier's bucket as `rate/burst` (requests per second / burst), docs/behaviour.md's values by default. */
 const bucketConfig = (name: string, variable: string, fallback: string) =>
   Config.String(variable).pipe(

@@ -19,7 +19,6 @@ export const parseDuration = (text: string): Option.Option<Duration.Duration> =>
   return decodeEffectDuration(trimmed)
 }
 
-
 const duration = (name: string, fallback: Duration.Duration) =>
   Config.String(name).pipe(
     Config.mapEffect((text) =>
