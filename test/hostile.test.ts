@@ -495,31 +495,66 @@ describe("the substring fallback (a q with no searchable word)", () => {
     }
   }, 60_000)
 
+  /** Imports `texts` newest first (an hour apart) and returns them in that order. */
+  const importNewestFirst = async (server: TestServer, texts: ReadonlyArray<string>) => {
+    const imported = await server.admin("/admin/catalog/hooks", {
+      method: "POST",
+      headers: { "content-type": "application/x-ndjson" },
+      rawBody: texts.map((text, i) =>
+        JSON.stringify({ text, platform: "tiktok", source_url: `https://walk.example/${i}`, published_at: new Date(Date.UTC(2026, 0, 1) - i * 3_600_000).toISOString() })
+      ).join("\n")
+    })
+    expect(imported.status).toBe(200)
+  }
+
   test("a common pattern walks on past the first window, then the index finds the older matches, in order and once each", async () => {
-    // A walk window of 50: a first window of 10 entries, a longer walk of up to 200 when the first
-    // window's matches say the page fills within 100 more, then the trigram index.
-    const narrow = await startTestServer({ SEARCH_WALK_WINDOW: "50", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
+    // A walk window of 10: a first window of 2 entries, then (when those say the page fills
+    // within 50 more) a longer walk of 100 entries, then the trigram index past the last of them.
+    const narrow = await startTestServer({ SEARCH_WALK_WINDOW: "10", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
     try {
-      const { key } = await narrow.account({ plan: "pro", monthly_balance: 20 })
-      const matches = (i: number) => (i < 10 && i % 2 === 0) || (i >= 10 && i < 210 && i % 10 === 5) || (i >= 230 && i % 7 === 0)
-      const records = Array.from({ length: 300 }, (_, i) => ({
-        text: matches(i) ? `Hook ${i}: the story of a stranger` : `Hook ${i}: plain words only`,
-        platform: "tiktok",
-        source_url: `https://walk.example/${i}`,
-        published_at: new Date(Date.UTC(2026, 0, 1) - i * 3_600_000).toISOString()
-      }))
-      const imported = await narrow.admin("/admin/catalog/hooks", {
-        method: "POST",
-        headers: { "content-type": "application/x-ndjson" },
-        rawBody: records.map((record) => JSON.stringify(record)).join("\n")
-      })
-      expect(imported.status).toBe(200)
+      const { accountId, key } = await narrow.account({ plan: "pro", monthly_balance: 20 })
+      // Entries 0–1 (the first window) match, then every tenth of the longer walk (2–101), then
+      // every seventh past it, the index's share.
+      const matches = (i: number) => i < 2 || (i < 102 && i % 10 === 5) || (i >= 102 && i % 7 === 0)
+      const texts = Array.from({ length: 300 }, (_, i) => (matches(i) ? `Hook ${i}: the story of a stranger` : `Hook ${i}: plain words only`))
+      await importNewestFirst(narrow, texts)
       const page = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("OF A")}`, { key })
       expect(page.status).toBe(200)
-      const expected = records.filter((_, i) => matches(i)).map((record) => record.text)
-      expect(expected).toHaveLength(35)
+      const expected = texts.filter((_, i) => matches(i))
+      expect(expected).toHaveLength(40)
       expect(page.body.data.map((hook) => hook.text)).toEqual(expected)
       expect(page.body.has_more).toBe(false)
+      expect(page.headers.get("x-credits-charged")).toBe("2")
+      const state = await ledgerState(narrow.db, accountId)
+      expect(state.monthly + state.topup).toBe(18)
+      expect(state.pendingHolds).toBe(0)
+    } finally {
+      await narrow.close()
+    }
+  }, 60_000)
+
+  test("a pattern with no trigram finds every match in order, common (walked page by page) or rare (every hook read)", async () => {
+    const narrow = await startTestServer({ SEARCH_WALK_WINDOW: "10", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
+    try {
+      const { key } = await narrow.account({ plan: "pro", monthly_balance: 20 })
+      // "!!" in every other hook: the first window (2 entries) finds one, so the page is expected
+      // within 100 entries, under half of the 300 hooks: the walk goes on, page after page.
+      // "xq" only in the two oldest: the first window finds none, so the whole table is read.
+      const texts = Array.from({ length: 300 }, (_, i) => (i % 2 === 0 ? `Hook ${i} !!` : i >= 297 ? `Hook ${i} xq` : `Hook ${i}`))
+      await importNewestFirst(narrow, texts)
+      const pages: Array<Array<string>> = []
+      let cursor: string | null = null
+      do {
+        const suffix: string = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`
+        const page: Awaited<ReturnType<typeof narrow.request<HookPage>>> = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("!!")}${suffix}`, { key })
+        expect(page.status).toBe(200)
+        pages.push(page.body.data.map((hook) => hook.text))
+        cursor = page.body.next_cursor
+      } while (cursor !== null)
+      expect(pages.map((page) => page.length)).toEqual([50, 50, 50])
+      expect(pages.flat()).toEqual(texts.filter((_, i) => i % 2 === 0))
+      const rare = await narrow.request<HookPage>(`/v1/hooks/search?q=xq`, { key })
+      expect(rare.body.data.map((hook) => hook.text)).toEqual(["Hook 297 xq", "Hook 299 xq"])
     } finally {
       await narrow.close()
     }
