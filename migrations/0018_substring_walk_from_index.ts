@@ -51,7 +51,7 @@ export default Effect.gen(function*() {
       row_id text;
       row_ms bigint;
       row_match boolean;
-      row_number bigint;
+      entry_number bigint;
       bound_ms bigint;
       bound_id text;
     BEGIN
@@ -94,7 +94,7 @@ export default Effect.gen(function*() {
         -- The walk's matches in order, and the entry where it ends (for the index's bound), in
         -- one pass: it stops at the page's last match.
         reached_end := true;
-        FOR row_id, row_ms, row_match, row_number IN
+        FOR row_id, row_ms, row_match, entry_number IN
           SELECT w.id, w.sort_ms, strpos(w.folded, query) > 0, w.n FROM (
             SELECT s.id, s.sort_ms, s.folded, row_number() OVER (ORDER BY s.sort_ms DESC, s.id DESC) AS n
               FROM hook_search s
@@ -110,7 +110,7 @@ export default Effect.gen(function*() {
             got := got + 1;
             EXIT WHEN got >= page_size;
           END IF;
-          IF row_number = longer_walk THEN
+          IF entry_number = longer_walk THEN
             reached_end := false;
             bound_ms := row_ms;
             bound_id := row_id;

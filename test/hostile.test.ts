@@ -495,7 +495,7 @@ describe("the substring fallback (a q with no searchable word)", () => {
     }
   }, 60_000)
 
-  /** Imports `texts` newest first (an hour apart) and returns them in that order. */
+  /** Imports `texts` as hooks published an hour apart, the first the newest. */
   const importNewestFirst = async (server: TestServer, texts: ReadonlyArray<string>) => {
     const imported = await server.admin("/admin/catalog/hooks", {
       method: "POST",
