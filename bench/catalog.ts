@@ -371,7 +371,7 @@ export const runCatalogBench = async (options: CatalogBenchOptions): Promise<Arr
     /**
      * wrk's wait for one answer. One naive ranked query over 1M hooks takes ~1 s alone, and 32 in
      * flight queue behind a pool of 10 for longer than wrk's default 10 s: with it, the naive side
-     * answered nothing (32 socket errors) on the 2-core machine in session 6.
+     * answered nothing (32 socket errors) on the 2-core development machine.
      */
     readonly timeoutSeconds?: number
     /** Rounds of 32 requests (one per key) wrk cycles through: 64 unless the row needs every request's query new. */

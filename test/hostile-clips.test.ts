@@ -99,7 +99,7 @@ afterAll(() => rmSync(clips.dir, { recursive: true, force: true }))
 
 const sizeOf = (clip: Clip) => readFileSync(clip.path).length
 
-describe("free storage: clips kept while credits are short (item 4)", () => {
+describe("free storage: clips kept while credits are short", () => {
   let server: TestServer
   const maxCount = 2
 
@@ -197,7 +197,7 @@ describe("free storage: clips kept while credits are short (item 4)", () => {
   })
 })
 
-describe("presigned S3 uploads (items 5 and 6)", () => {
+describe("presigned S3 uploads: used links and pending links", () => {
   let s3: TestS3
   let server: TestServer
   const scorer = recordingScorer()
@@ -299,7 +299,7 @@ describe("presigned S3 uploads (items 5 and 6)", () => {
   }, 120_000)
 })
 
-describe("hostile clips against the scorer and the workers (item 7)", () => {
+describe("hostile clips against the scorer and the workers", () => {
   /** 1,000 frames a second for 5 seconds: 5,000 frames in the opening, about 4 MB of ffmpeg output. */
   let manyFrames: string
   beforeAll(async () => {
