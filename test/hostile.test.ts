@@ -20,6 +20,7 @@ import {
   type HookPage,
   ledgerState,
   type PredictionBody,
+  type Response as ServerResponse,
   startTestServer,
   type TestServer,
   type TransactionPage,
@@ -465,20 +466,27 @@ describe("a client hanging up", () => {
 })
 
 describe("the substring fallback (a q with no searchable word)", () => {
+  /** Imports `texts` as hooks, the i-th published at `publishedAt(i)` (epoch milliseconds). */
+  const importTexts = async (server: TestServer, texts: ReadonlyArray<string>, publishedAt: (i: number) => number) => {
+    const imported = await server.admin("/admin/catalog/hooks", {
+      method: "POST",
+      headers: { "content-type": "application/x-ndjson" },
+      rawBody: texts.map((text, i) =>
+        JSON.stringify({ text, platform: "tiktok", source_url: `https://fallback.example/${i}`, published_at: new Date(publishedAt(i)).toISOString() })
+      ).join("\n")
+    })
+    expect(imported.status).toBe(200)
+  }
+  /** An hour apart, the first the newest. */
+  const newestFirst = (i: number) => Date.UTC(2026, 0, 1) - i * 3_600_000
+
   test("past the newest entries it finds matches through the trigram index, with % and _ taken literally", async () => {
     // A walk window of 5: the fallback walks the newest entry, then looks the older ones up.
     const narrow = await startTestServer({ SEARCH_WALK_WINDOW: "5", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
     try {
       const { accountId, key } = await narrow.account({ plan: "pro", monthly_balance: 20 })
       const texts = ["Start: the_%and finish", "Start: theXYZand finish", "Plain words only", "Odd: the_%and again", "Newest: nothing here"]
-      const imported = await narrow.admin("/admin/catalog/hooks", {
-        method: "POST",
-        headers: { "content-type": "application/x-ndjson" },
-        rawBody: texts.map((text, i) =>
-          JSON.stringify({ text, platform: "tiktok", source_url: `https://fallback.example/${i}`, published_at: new Date(Date.UTC(2026, 0, 1 + i)).toISOString() })
-        ).join("\n")
-      })
-      expect(imported.status).toBe(200)
+      await importTexts(narrow, texts, (i) => Date.UTC(2026, 0, 1 + i))
       const page = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("the_%and")}`, { key })
       expect(page.status).toBe(200)
       expect(page.body.data.map((hook) => hook.text)).toEqual(["Odd: the_%and again", "Start: the_%and finish"])
@@ -495,18 +503,6 @@ describe("the substring fallback (a q with no searchable word)", () => {
     }
   }, 60_000)
 
-  /** Imports `texts` as hooks published an hour apart, the first the newest. */
-  const importNewestFirst = async (server: TestServer, texts: ReadonlyArray<string>) => {
-    const imported = await server.admin("/admin/catalog/hooks", {
-      method: "POST",
-      headers: { "content-type": "application/x-ndjson" },
-      rawBody: texts.map((text, i) =>
-        JSON.stringify({ text, platform: "tiktok", source_url: `https://walk.example/${i}`, published_at: new Date(Date.UTC(2026, 0, 1) - i * 3_600_000).toISOString() })
-      ).join("\n")
-    })
-    expect(imported.status).toBe(200)
-  }
-
   test("a common pattern walks on past the first window, then the index finds the older matches, in order and once each", async () => {
     // A walk window of 10: a first window of 2 entries, then (when those say the page fills
     // within 50 more) a longer walk of 100 entries, then the trigram index past the last of them.
@@ -517,7 +513,7 @@ describe("the substring fallback (a q with no searchable word)", () => {
       // every seventh past it, the index's share.
       const matches = (i: number) => i < 2 || (i < 102 && i % 10 === 5) || (i >= 102 && i % 7 === 0)
       const texts = Array.from({ length: 300 }, (_, i) => (matches(i) ? `Hook ${i}: the story of a stranger` : `Hook ${i}: plain words only`))
-      await importNewestFirst(narrow, texts)
+      await importTexts(narrow, texts, newestFirst)
       const page = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("OF A")}`, { key })
       expect(page.status).toBe(200)
       const expected = texts.filter((_, i) => matches(i))
@@ -541,12 +537,12 @@ describe("the substring fallback (a q with no searchable word)", () => {
       // within 100 entries, under half of the 300 hooks: the walk goes on, page after page.
       // "xq" only in the two oldest: the first window finds none, so the whole table is read.
       const texts = Array.from({ length: 300 }, (_, i) => (i % 2 === 0 ? `Hook ${i} !!` : i >= 297 ? `Hook ${i} xq` : `Hook ${i}`))
-      await importNewestFirst(narrow, texts)
+      await importTexts(narrow, texts, newestFirst)
       const pages: Array<Array<string>> = []
       let cursor: string | null = null
       do {
         const suffix: string = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`
-        const page: Awaited<ReturnType<typeof narrow.request<HookPage>>> = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("!!")}${suffix}`, { key })
+        const page: ServerResponse<HookPage> = await narrow.request<HookPage>(`/v1/hooks/search?q=${encodeURIComponent("!!")}${suffix}`, { key })
         expect(page.status).toBe(200)
         pages.push(page.body.data.map((hook) => hook.text))
         cursor = page.body.next_cursor
