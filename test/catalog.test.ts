@@ -677,6 +677,16 @@ describe("the search structures follow every write to hooks", () => {
     const versionAfter = (await server.db.query("SELECT version FROM catalog_state")).rows[0].version
     expect(Number(versionAfter)).toBeGreaterThan(Number(versionBefore))
   })
+
+  // A later CREATE OR REPLACE of one of them drops its settings unless it repeats them.
+  test("the catalog's read functions keep their settings: no parallel workers, no heap prefetch", async () => {
+    const { rows } = await server.db.query<{ proname: string; proconfig: Array<string> }>(
+      "SELECT proname, proconfig FROM pg_proc WHERE proname IN ('hook_search_page', 'hook_substring_page', 'hook_neighbours') ORDER BY proname"
+    )
+    expect(rows.map((row) => [row.proname, [...row.proconfig].sort()])).toEqual(
+      ["hook_neighbours", "hook_search_page", "hook_substring_page"].map((name) => [name, ["effective_io_concurrency=0", "max_parallel_workers_per_gather=0"]])
+    )
+  })
 })
 
 describe("a search or list that runs too long", () => {
