@@ -20,6 +20,15 @@ export const countSetting = (name: string, fallback: number) =>
     Config.mapEffect((n) => (n >= 1 ? Effect.succeed(n) : invalidSetting(`${name} must be at least 1`)))
   )
 
+/**
+ * Catalog page queries (search, list, similar hooks) one process runs in the database at once;
+ * the others wait their turn in arrival order, within SEARCH_TIMEOUT. A slow query then delays
+ * its own caller instead of slowing every query it shares the database's cores with; too few
+ * turns leave cheap queries waiting on round trips (docs/configuration.md has the figures).
+ * The pages' connections are carved out of PG_MAX_CONNECTIONS (`pageConnections`, below).
+ */
+export const searchConcurrencySetting = countSetting("SEARCH_CONCURRENCY", 6)
+
 export const ServerConfig = Config.all({
   port: Config.Int("PORT").pipe(Config.withDefault(8080)),
   host: Config.String("HOST").pipe(Config.withDefault("0.0.0.0")),
@@ -27,6 +36,7 @@ export const ServerConfig = Config.all({
   databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
   dataDir: Config.String("DATA_DIR").pipe(Config.withDefault("./.hookline"), Config.map((dir) => resolve(dir))),
   pgMaxConnections: Config.Int("PG_MAX_CONNECTIONS").pipe(Config.withDefault(10)),
+  searchConcurrency: searchConcurrencySetting,
   /**
    * How long a pool connection may sit idle before it is closed (0: never). Reopening one costs a
    * PostgreSQL backend start (~25–30 ms of CPU on the 2-core machine), paid by the next burst's requests.
@@ -64,6 +74,20 @@ export const ServerConfig = Config.all({
   demoCatalogSize: Config.Int("DEMO_CATALOG_SIZE").pipe(Config.withDefault(2_000))
 })
 export type ServerConfig = Config.Success<typeof ServerConfig>
+
+/** Startup parameters: every session starts with them, no extra round trip. */
+export const sessionTimeouts = (config: ServerConfig) => ({
+  statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))),
+  idle_in_transaction_session_timeout: String(Math.round(Duration.toMillis(config.dbIdleInTransactionTimeout)))
+})
+
+/**
+ * The connections of PG_MAX_CONNECTIONS that catalog pages get for themselves: SEARCH_CONCURRENCY,
+ * leaving at least one to the shared pool (none when PG_MAX_CONNECTIONS is 1: pages then pin the
+ * shared pool's connections).
+ */
+export const pageConnections = (config: ServerConfig): number =>
+  Math.max(0, Math.min(config.searchConcurrency, config.pgMaxConnections - 1))
 
 /**
  * Several server processes from one command (src/System/Supervisor.ts). WEB_CONCURRENCY is the

@@ -22,7 +22,7 @@ import { Migrator, SqlClient, SqlError } from "effect/sql"
 import { readdirSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { ServerConfig } from "./Config.js"
+import { pageConnections, ServerConfig, sessionTimeouts } from "./Config.js"
 import { embeddedDatabase } from "./EmbeddedDb.js"
 
 /** How the database is reached; background work polls instead of LISTEN in embedded mode. */
@@ -35,7 +35,7 @@ export class DatabaseMode extends Context.Service<DatabaseMode, {
  * int8 and numeric as JS numbers (the driver's own codecs give bigint and string): Hookline's
  * amounts and counts fit in a double. Arrays of them follow, through the registry's lookup.
  */
-const numberTypes = (): PgTypes.Registry => {
+export const numberTypes = (): PgTypes.Registry => {
   const registry = PgTypes.makeRegistry()
   const asNumber = (oid: number): PgTypes.Codec<number | bigint | string> => ({
     encode: (value) => PgTypes.encode(typeof value !== "number" ? value : oid === PgTypes.OID.numeric ? String(value) : Number.isInteger(value) ? BigInt(value) : value, oid),
@@ -58,10 +58,10 @@ export const commitWithoutFlush = "(SELECT set_config('synchronous_commit', 'off
 const embeddedConnections = 4
 
 /** The pool's idle timeout: 0 keeps idle connections for good (the pool's sweep would spin on a zero delay). */
-const idleTimeoutOf = (idle: Duration.Duration): Duration.Duration => Duration.isZero(idle) ? Duration.infinity : idle
+export const idleTimeoutOf = (idle: Duration.Duration): Duration.Duration => Duration.isZero(idle) ? Duration.infinity : idle
 
 /** The client options shared by the server's pool and the migration connection. */
-const networkOptions = (url: Redacted.Redacted, config: ServerConfig, types: PgTypes.Registry): PgClient.PgPoolConfig => ({
+export const networkOptions = (url: Redacted.Redacted, config: ServerConfig, types: PgTypes.Registry): PgClient.PgPoolConfig => ({
   url,
   applicationName: "hookline",
   types,
@@ -89,15 +89,11 @@ const networkClients = (url: Redacted.Redacted, config: ServerConfig) =>
     ))
     const client = yield* PgClient.make({
       ...networkOptions(url, config, types),
-      maxConnections: config.pgMaxConnections,
+      maxConnections: config.pgMaxConnections - pageConnections(config),
       idleTimeout: idleTimeoutOf(config.pgIdleTimeout),
       multiplex: config.dbPipeline,
       multiplexConcurrency: config.dbPipelineDepth,
-      // Startup parameters: every session starts with them, no extra round trip.
-      startupParameters: {
-        statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))),
-        idle_in_transaction_session_timeout: String(Math.round(Duration.toMillis(config.dbIdleInTransactionTimeout)))
-      }
+      startupParameters: sessionTimeouts(config)
     })
     const listeners = yield* PgClient.make({ ...networkOptions(url, config, types), maxConnections: maxListeners, idleTimeout: Duration.infinity })
     return { client, listeners }

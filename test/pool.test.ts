@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from "bun:test"
 import { ConfigProvider, Duration, Effect } from "effect"
-import { ServerConfig } from "../src/Config.js"
+import { pageConnections, ServerConfig } from "../src/Config.js"
 import { startTestServer, statementsWaitingOnLocks, type TestServer } from "./support/server.js"
 
 /** The server's own backends on its database, by process id. */
@@ -57,6 +57,42 @@ describe("idle pool connections", () => {
       expect((await serverBackends(closed)).length).toBeGreaterThan(0)
     } finally {
       await Promise.all([kept.close(), closed.close()])
+    }
+  }, 60_000)
+})
+
+describe("the catalog pages' own connections, carved out of PG_MAX_CONNECTIONS", () => {
+  test("SEARCH_CONCURRENCY of them, leaving at least one to the shared pool", async () => {
+    const pagesOf = (env: Record<string, string>) =>
+      Effect.runPromise(ServerConfig.parse(ConfigProvider.fromEnv({ env })).pipe(Effect.map(pageConnections)))
+    expect(await pagesOf({})).toBe(6)
+    expect(await pagesOf({ PG_MAX_CONNECTIONS: "20", SEARCH_CONCURRENCY: "8" })).toBe(8)
+    expect(await pagesOf({ PG_MAX_CONNECTIONS: "4", SEARCH_CONCURRENCY: "6" })).toBe(3)
+    expect(await pagesOf({ PG_MAX_CONNECTIONS: "1" })).toBe(0)
+  })
+
+  test("under concurrent searches and wallet reads, the server never holds more than PG_MAX_CONNECTIONS", async () => {
+    const server = await startTestServer({ PG_MAX_CONNECTIONS: "3", SEARCH_CONCURRENCY: "2", CATALOG_CACHE_ENTRIES: "0" }, { background: false })
+    try {
+      const { key } = await server.account({ plan: "enterprise", monthly_balance: 10_000 })
+      let most = 0
+      let running = true
+      const sampling = (async () => {
+        while (running) {
+          most = Math.max(most, (await serverBackends(server)).length)
+          await Bun.sleep(5)
+        }
+      })()
+      const statuses = await Promise.all(Array.from({ length: 40 }, (_, i) =>
+        i % 2 === 0 ? server.request(`/v1/hooks/search?q=connection${i}`, { key }).then((response) => response.status) : walletStatus(server, key)))
+      running = false
+      await sampling
+      expect(statuses).toEqual(Array.from({ length: 40 }, () => 200))
+      // Both pools were in use: the shared one for the holds and wallet reads, the pages' own for the searches.
+      expect(most).toBeGreaterThanOrEqual(2)
+      expect(most).toBeLessThanOrEqual(3)
+    } finally {
+      await server.close()
     }
   }, 60_000)
 })

@@ -1,6 +1,6 @@
 /** The catalog's settings (environment variables, with the contract's values as defaults). */
 import { Config, Duration } from "effect"
-import { countSetting } from "../Config.js"
+import { searchConcurrencySetting } from "../Config.js"
 
 /** Page size of search and list (docs/behaviour.md, "Catalog search"). */
 export const pageSize = 50
@@ -16,13 +16,8 @@ export const CatalogConfig = Config.all({
    * words. Changes speed only, never results.
    */
   searchWalkWindow: Config.Int("SEARCH_WALK_WINDOW").pipe(Config.withDefault(10_000)),
-  /**
-   * Catalog page queries (search, list, similar hooks) one process runs in the database at once;
-   * the others wait their turn in arrival order, within SEARCH_TIMEOUT. A slow query then delays
-   * its own caller instead of slowing every query it shares the database's cores with; too few
-   * turns leave cheap queries waiting on round trips (docs/configuration.md has the figures).
-   */
-  searchConcurrency: countSetting("SEARCH_CONCURRENCY", 6),
+  /** Catalog page queries one process runs in the database at once (src/Config.ts). */
+  searchConcurrency: searchConcurrencySetting,
   /** First pages of search, and of list, kept in memory per process: up to this many each (0 turns the cache off). */
   cacheEntries: Config.Int("CATALOG_CACHE_ENTRIES").pipe(Config.withDefault(1_000)),
   /** Records staged per insert statement during an import (they reach the catalog together at its end). */

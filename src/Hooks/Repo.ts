@@ -10,6 +10,7 @@ import { Array as Arr, Context, Duration, Effect, Layer, Option, Schema, Semapho
 import { SqlClient } from "effect/sql"
 import { ServiceUnavailable } from "../Errors.js"
 import { atRepoBoundary } from "../Repository.js"
+import { pageClient } from "../PageConnections.js"
 import { onOwnConnection } from "../Sql.js"
 import { HookCategory, HookLean } from "./Api.js"
 import {
@@ -217,6 +218,9 @@ const make = Effect.gen(function*() {
   const config = yield* CatalogConfig
   const { searchTimeout } = config
   const bounded = atRepoBoundary("CatalogRepo", statements(sql))
+  // Pages run on connections of their own (PageConnections.ts), not on the shared pool's.
+  const pageSql = yield* pageClient
+  const pages = pageSql === sql ? bounded : atRepoBoundary("CatalogRepo", statements(pageSql))
 
   const pageTurns = yield* Semaphore.make(config.searchConcurrency)
 
@@ -226,7 +230,7 @@ const make = Effect.gen(function*() {
    * cancel the query on the server and wait for it to stop; only then is the caller answered 503.
    */
   const underDeadline = (what: string, advice: string) => <A>(page: Effect.Effect<A>) =>
-    Effect.timeoutOrElse(pageTurns.withPermits(1)(onOwnConnection(sql, page)), {
+    Effect.timeoutOrElse(pageTurns.withPermits(1)(onOwnConnection(pageSql, page)), {
       duration: searchTimeout,
       orElse: () =>
         Effect.fail(new ServiceUnavailable({ message: `The ${what} took longer than ${Duration.format(searchTimeout)}; ${advice}` }))
@@ -246,9 +250,9 @@ const make = Effect.gen(function*() {
     upsertStagedHooks: bounded.upsertStagedHooks,
     categories: bounded.categories(),
     catalogVersion: bounded.catalogVersion(),
-    searchPage: (request) => searchDeadline(bounded.searchPage(request)),
-    listPage: (request) => listDeadline(bounded.listPage(request)),
-    neighbours: (lexemes, rows, bounds = neighbourBounds) => searchDeadline(bounded.neighbours(lexemes, rows, bounds, config.searchWalkWindow))
+    searchPage: (request) => searchDeadline(pages.searchPage(request)),
+    listPage: (request) => listDeadline(pages.listPage(request)),
+    neighbours: (lexemes, rows, bounds = neighbourBounds) => searchDeadline(pages.neighbours(lexemes, rows, bounds, config.searchWalkWindow))
   })
 })
 
