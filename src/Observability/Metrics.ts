@@ -16,6 +16,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Config, Context, Duration, Effect, Layer, Metric, Option } from "effect"
 import { PrometheusMetrics } from "effect/observability"
+import { ServerConfig } from "../Config.js"
 import { unmatchedRoute } from "./Routes.js"
 
 export const MetricsConfig = Config.all({
@@ -253,7 +254,10 @@ export interface MetricsService {
 
 const make: Effect.Effect<MetricsService, Config.ConfigError> = Effect.gen(function*() {
   const config = yield* MetricsConfig
-  const maxConnections = maxConnectionsOf(yield* Effect.serviceOption(PgClient.PgClient))
+  const server = yield* ServerConfig
+  const client = yield* Effect.serviceOption(PgClient.PgClient)
+  // On a real PostgreSQL the shared pool and the catalog pages' own (PageConnections.ts) split PG_MAX_CONNECTIONS.
+  const maxConnections = Option.isSome(server.databaseUrl) && Option.isSome(client) ? server.pgMaxConnections : maxConnectionsOf(client)
   if (maxConnections !== undefined) add(poolMax({}), maxConnections)
 
   /** What the rooms registered: each reads its own tables and sets its gauges. */
