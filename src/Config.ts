@@ -75,6 +75,10 @@ export const ServerConfig = Config.all({
 })
 export type ServerConfig = Config.Success<typeof ServerConfig>
 
+/** The pools' idle timeout: PG_IDLE_TIMEOUT 0 keeps idle connections for good (the pool's sweep would spin on a zero delay). */
+export const poolIdleTimeout = (config: ServerConfig): Duration.Duration =>
+  Duration.isZero(config.pgIdleTimeout) ? Duration.infinity : config.pgIdleTimeout
+
 /** Startup parameters: every session starts with them, no extra round trip. */
 export const sessionTimeouts = (config: ServerConfig) => ({
   statement_timeout: String(Math.round(Duration.toMillis(config.dbStatementTimeout))),

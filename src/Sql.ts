@@ -22,7 +22,7 @@ import { Migrator, SqlClient, SqlError } from "effect/sql"
 import { readdirSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { pageConnections, ServerConfig, sessionTimeouts } from "./Config.js"
+import { pageConnections, poolIdleTimeout, ServerConfig, sessionTimeouts } from "./Config.js"
 import { embeddedDatabase } from "./EmbeddedDb.js"
 
 /** How the database is reached; background work polls instead of LISTEN in embedded mode. */
@@ -35,7 +35,7 @@ export class DatabaseMode extends Context.Service<DatabaseMode, {
  * int8 and numeric as JS numbers (the driver's own codecs give bigint and string): Hookline's
  * amounts and counts fit in a double. Arrays of them follow, through the registry's lookup.
  */
-export const numberTypes = (): PgTypes.Registry => {
+const numberTypes = (): PgTypes.Registry => {
   const registry = PgTypes.makeRegistry()
   const asNumber = (oid: number): PgTypes.Codec<number | bigint | string> => ({
     encode: (value) => PgTypes.encode(typeof value !== "number" ? value : oid === PgTypes.OID.numeric ? String(value) : Number.isInteger(value) ? BigInt(value) : value, oid),
@@ -57,11 +57,8 @@ export const commitWithoutFlush = "(SELECT set_config('synchronous_commit', 'off
 /** Client connections to the embedded database: they take turns on its one session. */
 const embeddedConnections = 4
 
-/** The pool's idle timeout: 0 keeps idle connections for good (the pool's sweep would spin on a zero delay). */
-export const idleTimeoutOf = (idle: Duration.Duration): Duration.Duration => Duration.isZero(idle) ? Duration.infinity : idle
-
 /** The client options shared by the server's pool and the migration connection. */
-export const networkOptions = (url: Redacted.Redacted, config: ServerConfig, types: PgTypes.Registry): PgClient.PgPoolConfig => ({
+const networkOptions = (url: Redacted.Redacted, config: ServerConfig, types: PgTypes.Registry): PgClient.PgPoolConfig => ({
   url,
   applicationName: "hookline",
   types,
@@ -73,6 +70,12 @@ export const networkOptions = (url: Redacted.Redacted, config: ServerConfig, typ
  * requests'): opened when a listener starts, one per listening stream.
  */
 export class Listeners extends Context.Service<Listeners, PgClient.PgClient>()("hookline/Listeners") {}
+
+/**
+ * Catalog pages' connections, carved out of PG_MAX_CONNECTIONS (`pageConnections`; docs/configuration.md): one statement
+ * each, so a deadline cancels it, and no shared pipeline to drain first. Embedded: the shared client.
+ */
+export class PageClient extends Context.Service<PageClient, SqlClient.SqlClient>()("hookline/PageClient") {}
 
 /** Listening streams the server runs at most at once (the webhook dispatcher and the prediction workers). */
 const maxListeners = 8
@@ -87,16 +90,17 @@ const networkClients = (url: Redacted.Redacted, config: ServerConfig) =>
       PgClient.make({ ...networkOptions(url, config, types), maxConnections: 1, startupParameters: { statement_timeout: "0" } }),
       migrate
     ))
+    const pooled = { ...networkOptions(url, config, types), idleTimeout: poolIdleTimeout(config), startupParameters: sessionTimeouts(config) }
+    const pageCount = pageConnections(config)
     const client = yield* PgClient.make({
-      ...networkOptions(url, config, types),
-      maxConnections: config.pgMaxConnections - pageConnections(config),
-      idleTimeout: idleTimeoutOf(config.pgIdleTimeout),
+      ...pooled,
+      maxConnections: config.pgMaxConnections - pageCount,
       multiplex: config.dbPipeline,
-      multiplexConcurrency: config.dbPipelineDepth,
-      startupParameters: sessionTimeouts(config)
+      multiplexConcurrency: config.dbPipelineDepth
     })
+    const pages: SqlClient.SqlClient = pageCount === 0 ? client : yield* PgClient.make({ ...pooled, maxConnections: pageCount })
     const listeners = yield* PgClient.make({ ...networkOptions(url, config, types), maxConnections: maxListeners, idleTimeout: Duration.infinity })
-    return { client, listeners }
+    return { client, pages, listeners }
   })
 
 /**
@@ -130,7 +134,7 @@ const embeddedClient = (config: ServerConfig) =>
     })
     yield* migrate(client)
     // Not for LISTEN (notifications do not reach another connection): background work polls.
-    return { client, listeners: client }
+    return { client, pages: client, listeners: client }
   })
 
 export const migrationsDirectory = fileURLToPath(new URL("../migrations", import.meta.url))
@@ -160,7 +164,7 @@ export const appliedMigration = Effect.flatMap(
   (sql) => Effect.map(sql<{ latest: number | null }>`SELECT max(migration_id) AS latest FROM effect_sql_migrations`, (rows) => rows[0]?.latest ?? 0)
 )
 
-/** SqlClient + PgClient + Listeners + DatabaseMode, on a migrated schema. */
+/** SqlClient + PgClient + PageClient + Listeners + DatabaseMode, on a migrated schema. */
 export const SqlLive = Layer.unwrap(
   Effect.gen(function*() {
     const config = yield* ServerConfig
@@ -170,7 +174,7 @@ export const SqlLive = Layer.unwrap(
         onNone: () => embeddedClient(config),
         onSome: (url) => networkClients(url, config)
       }),
-      ({ client, listeners }) => Context.make(PgClient.PgClient, client).pipe(Context.add(SqlClient.SqlClient, client), Context.add(Listeners, listeners))
+      ({ client, listeners, pages }) => Context.make(PgClient.PgClient, client).pipe(Context.add(SqlClient.SqlClient, client), Context.add(Listeners, listeners), Context.add(PageClient, pages))
     )).pipe(Layer.provide(Reactivity.layer))
     return Layer.merge(clients, settings)
   })

@@ -10,8 +10,7 @@ import { Array as Arr, Context, Duration, Effect, Layer, Option, Schema, Semapho
 import { SqlClient } from "effect/sql"
 import { ServiceUnavailable } from "../Errors.js"
 import { atRepoBoundary } from "../Repository.js"
-import { pageClient } from "../PageConnections.js"
-import { onOwnConnection } from "../Sql.js"
+import { onOwnConnection, PageClient } from "../Sql.js"
 import { HookCategory, HookLean } from "./Api.js"
 import {
   catalogVersionSql,
@@ -218,8 +217,8 @@ const make = Effect.gen(function*() {
   const config = yield* CatalogConfig
   const { searchTimeout } = config
   const bounded = atRepoBoundary("CatalogRepo", statements(sql))
-  // Pages run on connections of their own (PageConnections.ts), not on the shared pool's.
-  const pageSql = yield* pageClient
+  // Pages run on connections of their own (PageClient); a repository built on a bare client uses that.
+  const pageSql = Option.getOrElse(yield* Effect.serviceOption(PageClient), () => sql)
   const pages = pageSql === sql ? bounded : atRepoBoundary("CatalogRepo", statements(pageSql))
 
   const pageTurns = yield* Semaphore.make(config.searchConcurrency)

@@ -256,7 +256,7 @@ const make: Effect.Effect<MetricsService, Config.ConfigError> = Effect.gen(funct
   const config = yield* MetricsConfig
   const server = yield* ServerConfig
   const client = yield* Effect.serviceOption(PgClient.PgClient)
-  // On a real PostgreSQL the shared pool and the catalog pages' own (PageConnections.ts) split PG_MAX_CONNECTIONS.
+  // On a real PostgreSQL the shared pool and the catalog pages' own (PageClient, Sql.ts) split PG_MAX_CONNECTIONS.
   const maxConnections = Option.isSome(server.databaseUrl) && Option.isSome(client) ? server.pgMaxConnections : maxConnectionsOf(client)
   if (maxConnections !== undefined) add(poolMax({}), maxConnections)
 
