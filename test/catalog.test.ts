@@ -87,6 +87,30 @@ const walk = async (first: () => Promise<Response<HookPage>>, next: (cursor: str
   }
 }
 
+/** Every match of q in PostgreSQL's own ts_rank order, ties newest first, then by id: what search must answer. */
+const rankedByTsRank = async (q: string) =>
+  (await server.db.query<{ id: string }>(
+    `SELECT id FROM hooks WHERE to_tsvector('english', text) @@ plainto_tsquery('english', $1)
+      ORDER BY ts_rank(to_tsvector('english', text), plainto_tsquery('english', $1)) DESC, published_at DESC NULLS LAST, id DESC`,
+    [q]
+  )).rows.map((row) => row.id)
+
+/** Every page of hook_search_page for q, following its keyset positions, at the given page size and walk window. */
+const searchFunctionPages = async (q: string, pageSize: number, walkWindow: number) => {
+  const out: Array<string> = []
+  let after: [number | null, number | null, string | null] = [null, null, null]
+  for (;;) {
+    const { rows } = await server.db.query<{ id: string; k1: number | null; k2: string }>(
+      "SELECT id, k1, k2 FROM hook_search_page($1, $2, $3, $4, $5, $6)",
+      [q, ...after, pageSize, walkWindow]
+    )
+    out.push(...rows.map((row) => row.id))
+    if (rows.length < pageSize) return out
+    const last = rows[rows.length - 1]
+    after = [last.k1, Number(last.k2), last.id]
+  }
+}
+
 /** A fresh account whose balances and journal prove what was (not) charged. */
 const freshAccount = async (credits = 100) => server.account({ plan: "enterprise", monthly_balance: credits })
 
@@ -212,15 +236,8 @@ describe("search ranking", () => {
     }
     await insert(texts)
     for (const q of ["glimmerquartz", "glimmerquartz yellowcrest", "pondwhistle yellowcrest glimmerquartz"]) {
-      const { rows } = await server.db.query<{ id: string }>(
-        `SELECT id FROM hooks
-          WHERE to_tsvector('english', text) @@ plainto_tsquery('english', $1)
-          ORDER BY ts_rank(to_tsvector('english', text), plainto_tsquery('english', $1)) DESC,
-                   published_at DESC NULLS LAST, id DESC`,
-        [q]
-      )
       const pages = await walk(() => search(q), (cursor) => search(q, cursor))
-      expect(pages.flat()).toEqual(rows.map((row) => row.id))
+      expect(pages.flat()).toEqual(await rankedByTsRank(q))
     }
   })
 
@@ -357,52 +374,51 @@ describe("pagination", () => {
     }
     for (let i = 0; i < 20; i++) texts.push(hook({ text: `Velvetine and the plumcake ${"x ".repeat(i % 4)}${i}`, published_at: i % 5 === 0 ? null : day(i) }))
     await insert(texts)
-    const oracle = async (q: string) =>
-      (await server.db.query<{ id: string }>(
-        `SELECT id FROM hooks WHERE to_tsvector('english', text) @@ plainto_tsquery('english', $1)
-          ORDER BY ts_rank(to_tsvector('english', text), plainto_tsquery('english', $1)) DESC, published_at DESC NULLS LAST, id DESC`,
-        [q]
-      )).rows.map((row) => row.id)
-    const walkSql = async (q: string, pageSize: number, walkWindow: number) => {
-      const out: Array<string> = []
-      let after: [number | null, number | null, string | null] = [null, null, null]
-      for (;;) {
-        const { rows } = await server.db.query<{ id: string; k1: number | null; k2: string }>(
-          "SELECT id, k1, k2 FROM hook_search_page($1, $2, $3, $4, $5, $6)",
-          [q, ...after, pageSize, walkWindow]
-        )
-        out.push(...rows.map((row) => row.id))
-        if (rows.length < pageSize) return out
-        const last = rows[rows.length - 1]
-        after = [last.k1, Number(last.k2), last.id]
-      }
-    }
     for (const q of ["plumcake velvetine", "velvetine plumcakes"]) {
-      const expected = await oracle(q)
+      const expected = await rankedByTsRank(q)
       expect(expected).toHaveLength(94)
       for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 60], [7, 20], [20, 10_000], [51, 10_000], [3, 5], [3, 2], [1_000, 10_000]] as const) {
-        expect(await walkSql(q, pageSize, walkWindow)).toEqual(expected)
+        expect(await searchFunctionPages(q, pageSize, walkWindow)).toEqual(expected)
       }
       const pages = await walk(() => search(q), (cursor) => search(q, cursor))
       expect(pages.flat()).toEqual(expected)
     }
   })
 
-  test("a search walks the same with the smallest and the default walk window", async () => {
-    const window = async (q: string, walkWindow: number) => {
-      const out: Array<string> = []
-      let after: [number | null, number | null, string | null] = [null, null, null]
-      for (;;) {
-        const { rows } = await server.db.query<{ id: string; k1: number | null; k2: string }>(
-          "SELECT id, k1, k2 FROM hook_search_page($1, $2, $3, $4, 7, $5)",
-          [q, ...after, walkWindow]
-        )
-        out.push(...rows.map((row) => row.id))
-        if (rows.length < 7) return out
-        const last = rows[rows.length - 1]
-        after = [last.k1, Number(last.k2), last.id]
-      }
+  test("a phrase with a stop word between its words: the tier one word apart, the few side by side and the repeaters above it keep ts_rank order", async () => {
+    const texts: Array<HookRecord> = []
+    for (let i = 0; i < 60; i++) {
+      const text = i % 3 === 0 ? `Zandrel to quillworth, one apart ${i}` : `Quillworth to zandrel, one apart ${i}`
+      texts.push(hook({ text, published_at: i % 11 === 0 ? null : day(i % 23) }))
     }
+    for (let i = 0; i < 4; i++) texts.push(hook({ text: `Quillworth zandrel side by side ${i}`, published_at: day(i % 2) }))
+    for (let i = 0; i < 5; i++) texts.push(hook({ text: `Quillworth quillworth to zandrel repeated ${i}`, published_at: day(i) }))
+    for (let i = 0; i < 5; i++) texts.push(hook({ text: `Quillworth ${"far ".repeat(9)} zandrel ${"far ".repeat(9)} zandrel ${i}`, published_at: day(i) }))
+    for (let i = 0; i < 12; i++) texts.push(hook({ text: `Zandrel and then the quillworth ${"x ".repeat(i % 3)}${i}`, published_at: day(i % 4) }))
+    await insert(texts)
+    // Page sizes under and over the 4 hooks side by side: the walk of the tier one apart, and the walk of the side-by-side tier.
+    for (const q of ["quillworth to zandrel", "Zandrel I quillworths", "quillworth zandrel"]) {
+      const expected = await rankedByTsRank(q)
+      expect(expected).toHaveLength(86)
+      for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 40], [5, 20], [3, 10_000], [20, 10_000], [51, 10_000], [3, 2], [1_000, 10_000]] as const) {
+        expect(await searchFunctionPages(q, pageSize, walkWindow)).toEqual(expected)
+      }
+      const pages = await walk(() => search(q), (cursor) => search(q, cursor))
+      expect(pages.flat()).toEqual(expected)
+    }
+  })
+
+  test("the side-by-side index lists each pair of different words at adjacent positions once, in sorting order", async () => {
+    const pairs = async (text: string) =>
+      (await server.db.query<{ pairs: Array<string> }>("SELECT hook_search_side_by_side(to_tsvector('english', $1)) AS pairs", [text])).rows[0].pairs
+    expect(await pairs("Wish I knew this sooner: wish knew, knew wish")).toEqual(["sooner wish", "knew wish"])
+    expect(await pairs("Morning routine morning routine habits")).toEqual(["morn routin", "habit routin"])
+    expect(await pairs("Sleep sleep sleep")).toEqual([])
+    expect(await pairs("of the and")).toEqual([])
+  })
+
+  test("a search walks the same with the smallest and the default walk window", async () => {
+    const window = (q: string, walkWindow: number) => searchFunctionPages(q, 7, walkWindow)
     for (const q of ["gribblenook", "marmalux", "gribblenook shelf", "and", "number 1", "nothingmatchesthis"]) {
       const reference = await window(q, 10_000)
       for (const size of [1, 3, 10, 40, 200, 1_000, 100_000]) expect(await window(q, size)).toEqual(reference)
