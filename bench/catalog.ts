@@ -93,7 +93,7 @@ const runStatements = async (url: string, statements: ReadonlyArray<readonly [st
   }
 }
 
-const vacuumCatalog = ["hooks", "hook_search", "hook_search_repeats"].map((table) => [`VACUUM (ANALYZE) ${table}`] as const)
+const vacuumCatalog = ["hooks", "hook_search", "hook_search_postings"].map((table) => [`VACUUM (ANALYZE) ${table}`] as const)
 
 /**
  * The seeded catalog database: reused when its hooks match and its migrations can be brought up

@@ -213,6 +213,22 @@ describe("search ranking", () => {
     expect(ids(response)).toEqual([thrice.id, twice.id, newest.id, olderHighId.id, olderLowId.id, undated.id])
   })
 
+  test("one word: every page size follows ts_rank order across the occurrence tiers, ties newest then by id, undated last", async () => {
+    const texts: Array<HookRecord> = []
+    for (let i = 0; i < 70; i++) {
+      const occurrences = [1, 1, 1, 2, 1, 3, 1, 2][i % 8]
+      const published_at = i % 9 === 0 ? null : day(i % 6)
+      texts.push(hook({ id: hookId(i % 2 === 0 ? "a" : "5"), text: `${"Vexilloquay ".repeat(occurrences)}number ${i}`, published_at }))
+    }
+    await insert(texts)
+    const expected = await rankedByTsRank("vexilloquay")
+    expect(expected).toHaveLength(70)
+    for (const pageSize of [1, 4, 9, 51, 70, 100]) expect(await searchFunctionPages("Vexilloquays", pageSize, 10_000)).toEqual(expected)
+    const pages = await walk(() => search("vexilloquay"), (cursor) => search("vexilloquay", cursor))
+    expect(pages.map((page) => page.length)).toEqual([50, 20])
+    expect(pages.flat()).toEqual(expected)
+  })
+
   test("several words: all must appear, closer together ranks higher", async () => {
     const [adjacent, apart, far, onlyOne] = await insert([
       hook({ text: "Zorbleflip wumpusgate in one line", published_at: day(1) }),
@@ -657,9 +673,11 @@ describe("the search structures follow every write to hooks", () => {
           EXCEPT SELECT lexeme, hooks FROM hook_search_terms WHERE hooks > 0) x)::int AS missing_terms,
         (SELECT count(*) FROM hook_search_terms WHERE hooks < 0)::int AS negative_terms,
         (SELECT count(*) FROM (
-          SELECT t.lexeme, s.id, array_length(t.positions, 1) FROM hook_search s, unnest(s.doc) t WHERE array_length(t.positions, 1) >= 2
-          EXCEPT SELECT lexeme, id, occurrences FROM hook_search_repeats) x)::int AS missing_repeats,
-        (SELECT count(*) FROM hook_search_repeats r WHERE NOT EXISTS (SELECT 1 FROM hook_search s WHERE s.id = r.id))::int AS stale_repeats`)
+          SELECT t.lexeme, array_length(t.positions, 1), s.sort_ms, s.id FROM hook_search s, unnest(s.doc) t
+          EXCEPT SELECT lexeme, occurrences, sort_ms, id FROM hook_search_postings) x)::int AS missing_postings,
+        (SELECT count(*) FROM (
+          SELECT lexeme, occurrences, sort_ms, id FROM hook_search_postings
+          EXCEPT SELECT t.lexeme, array_length(t.positions, 1), s.sort_ms, s.id FROM hook_search s, unnest(s.doc) t) x)::int AS stale_postings`)
     const row = rows[0]
     expect(row).toEqual({
       hooks: row.hooks,
@@ -667,8 +685,8 @@ describe("the search structures follow every write to hooks", () => {
       indexed: row.hooks,
       missing_terms: 0,
       negative_terms: 0,
-      missing_repeats: 0,
-      stale_repeats: 0
+      missing_postings: 0,
+      stale_postings: 0
     })
   }
 
@@ -707,7 +725,7 @@ describe("the search structures follow every write to hooks", () => {
 
 describe("a search or list that runs too long", () => {
   test.each([
-    ["search", "hook_search", "/v1/hooks/search?q=anything", "hook_search_page"],
+    ["search", "hook_search, hook_search_postings", "/v1/hooks/search?q=anything", "hook_search_page"],
     ["list", "hooks", "/v1/hooks/list?category=fitness", "FROM hooks"]
   ])("a %s is cancelled in the database, answered 503 and costs nothing", async (_kind, table, path, runningQuery) => {
     const slow = await startTestServer({ SEARCH_TIMEOUT: "300 millis" })
@@ -754,7 +772,7 @@ describe("page queries take turns (SEARCH_CONCURRENCY)", () => {
     const blocker = new Pg.Client({ connectionString: gated.databaseUrl })
     await blocker.connect()
     await blocker.query("BEGIN")
-    await blocker.query("LOCK TABLE hook_search IN ACCESS EXCLUSIVE MODE")
+    await blocker.query("LOCK TABLE hook_search, hook_search_postings IN ACCESS EXCLUSIVE MODE")
     const account = await gated.account({ plan: "enterprise", monthly_balance: 100 })
     const pendingHolds = async () => (await ledgerState(gated.db, account.accountId)).pendingHolds
     const searchesInDatabase = () => statementsRunning(gated.db, "%hook_search_page%")

@@ -157,7 +157,7 @@ const crashScenario = (processes: number) => async () => {
   await releaseLock()
   locker = await db.connect()
   await locker.query("BEGIN")
-  await locker.query("LOCK TABLE hooks, hook_search, hook_search_repeats IN ACCESS EXCLUSIVE MODE")
+  await locker.query("LOCK TABLE hooks, hook_search, hook_search_postings IN ACCESS EXCLUSIVE MODE")
   const paths = [`/v1/hooks/search?q=${word}`, "/v1/hooks/list?category=fitness"]
   const send = (key: string, path: string) => first.request(path, { key }).then((r) => r.status, () => "cut off" as const)
   const fired = [

@@ -82,9 +82,9 @@ describe("a tenant query over DB_STATEMENT_TIMEOUT", () => {
     })
   }
 
-  test("a search cancelled after its reserve refunds the hold (hook_search locked)", async () => {
+  test("a search cancelled after its reserve refunds the hold (the search tables locked)", async () => {
     const before = await ledgerState(server.db, accountId)
-    const { response, stillWaiting } = await requestWhileLocked("hook_search", "/v1/hooks/search?q=slowpoke")
+    const { response, stillWaiting } = await requestWhileLocked("hook_search, hook_search_postings", "/v1/hooks/search?q=slowpoke")
     expect(response.status).toBe(503)
     expectEnvelope(response, 503, "service_unavailable")
     expect(response.body.error.message).toBe(statementTimedOutMessage)

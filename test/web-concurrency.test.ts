@@ -186,7 +186,7 @@ test("SIGTERM to the supervisor: both children finish the requests they hold, th
   let held: Array<ReturnType<typeof fresh>> = []
   try {
     await locker.query("BEGIN")
-    await locker.query("LOCK TABLE hooks, hook_search, hook_search_repeats IN ACCESS EXCLUSIVE MODE")
+    await locker.query("LOCK TABLE hooks, hook_search, hook_search_postings IN ACCESS EXCLUSIVE MODE")
     held = Array.from({ length: 8 }, (_, i) => fresh(`/v1/hooks/search?q=${word}%20number%20${i}`, account.key))
     const pending = async () =>
       Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM holds WHERE account_id = $1 AND status = 'pending'", [account.accountId])).rows[0].n)

@@ -158,7 +158,7 @@ const statements = (sql: SqlClient.SqlClient) => {
         : Effect.map(Effect.suspend(() => read(decodeInserted, upsertHooksSql, hookColumnParams(records))), countWritten),
 
     /** Fresh planner statistics on the catalog's tables, after a bulk write. */
-    analyzeCatalog: () => Effect.forEach(["hooks", "hook_search", "hook_search_repeats"], (table) => sql.unsafe(`ANALYZE ${table}`), { discard: true }),
+    analyzeCatalog: () => Effect.forEach(["hooks", "hook_search", "hook_search_postings"], (table) => sql.unsafe(`ANALYZE ${table}`), { discard: true }),
 
     ...importStatements(sql)
   }
