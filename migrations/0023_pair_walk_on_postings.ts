@@ -13,8 +13,8 @@ import { runScript } from "./statements.js"
  * scored every match, 32 ms. Walking the rarer word's postings costs a tsvector lookup per entry,
  * about what scoring a match costs, and finds such a tier in about a page of entries. The probe is
  * now a page of entries; the walk goes on while the rest of it, at the density of the tier seen,
- * reads fewer entries than there are matches to score. A
- * pair whose rarer word is in fewer than four pages' worth of hooks scores its matches at once.
+ * reads fewer entries than there are matches to score. A pair whose rarer word is in fewer than
+ * four pages' worth of hooks scores its matches at once.
  *
  * A hook repeating a word that ranks exactly as the tier is now kept in the page once, from either
  * list. Results and cursors are unchanged.
@@ -161,6 +161,7 @@ export default Effect.gen(function*() {
             walk_limit := walked + (page_size - tier_found) * walked * 3 / (2 * (tier_found - 1));
             EXIT WHEN walk_limit > longest_walk OR walk_limit - walked > estimated_matches;
             walk_limit := least(walk_limit, term_hooks);
+            EXIT WHEN walk_limit <= walked;
           END LOOP;
           -- Hooks repeating a word may rank above the tier (and, for the tier one word apart, the
           -- few side by side do): each costs a lookup, so they are scored one by one only when they
