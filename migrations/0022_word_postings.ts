@@ -17,6 +17,30 @@ import { runScript } from "./statements.js"
  * The two-word search reads the repeaters (occurrences >= 2) from the same index. A posting is
  * removed by its whole key, computed from the hook's previous tsvector, so no second index is
  * kept for removal by hook id.
+ *
+ * `hook_search_page` changes for two words in two ways (the walks before are described in 0014,
+ * 0015, 0017 and 0019).
+ *
+ * A phrase with a stop word between its two words ("wish i knew") matches hooks where they stand
+ * one word apart, and its side-by-side tier is empty or nearly so: it scored every match, 110-190
+ * ms for 23,000-28,000 of them. When the query's words are one apart and the side-by-side index
+ * (0021) finds at most a page of hooks with them side by side, those hooks are scored with the
+ * repeaters and the walk fills the page from the tier one word apart.
+ *
+ * And a two-word search walks the rarer word's postings instead of the whole catalog, newest first.
+ * The top tier of a two-word query (each word once, side by side, or one word apart) holds the
+ * rarer word once in every hook, so its hooks are all among that word's postings of one
+ * occurrence. The walk read the newest hooks of the whole catalog, cheap per entry but long for a
+ * tier that is common among the rarer word's hooks and rare in the catalog ("gut health": 2,457
+ * matches, nearly all side by side, in a quarter of a percent of the hooks): past its window it
+ * scored every match, 32 ms. Walking the rarer word's postings costs a tsvector lookup per entry,
+ * about what scoring a match costs, and finds such a tier in about a page of entries. The probe is
+ * now a page of entries; the walk goes on while the rest of it, at the density of the tier seen,
+ * reads fewer entries than there are matches to score. A pair whose rarer word is in fewer than
+ * four pages' worth of hooks scores its matches at once.
+ *
+ * A hook repeating a word that ranks exactly as the tier is now kept in the page once, from either
+ * list. Results and cursors are unchanged.
  */
 export default Effect.gen(function*() {
   yield* runScript(`
@@ -90,7 +114,8 @@ export default Effect.gen(function*() {
       q tsquery := plainto_tsquery('english', query);
       term text;
       term_hooks bigint;
-      all_hooks bigint;
+      -- The rarer of a pair's two words: a two-word walk reads its postings.
+      rarer text;
       walk_limit bigint;
       walked bigint;
       matched bigint;
@@ -103,6 +128,8 @@ export default Effect.gen(function*() {
       -- The rank of the tier a walk fills the page from: the words side by side, or one word apart.
       tier_rank real := adjacent_rank;
       query_gap integer;
+      -- The pair as the side-by-side index lists it.
+      pair_token text;
       side_by_side integer;
       page_ids text[];
       page_sorts bigint[];
@@ -113,11 +140,8 @@ export default Effect.gen(function*() {
       walk_id text;
       row_id text;
       row_ms bigint;
+      row_match boolean;
       row_tier boolean;
-      -- Index entries a newest-first walk reads for the cost of one match read from the table:
-      -- the walk reads entries in order from one index, sorting matches reads a row each
-      -- (measured with the catalog in memory: 0.28 µs an entry, about 2 µs a match).
-      entries_per_match constant integer := 8;
       -- The farthest a full-text walk goes.
       longest_walk bigint := 5 * walk_window::bigint;
     BEGIN
@@ -148,37 +172,37 @@ export default Effect.gen(function*() {
             INTO pair, query_gap FROM unnest(to_tsvector('english', query)) t;
         END IF;
         IF array_length(pair, 1) = 2 THEN
-          SELECT c.hooks, COALESCE((SELECT min(t.hooks) FROM hook_search_terms t WHERE t.lexeme = ANY (pair) HAVING count(*) = 2), 0)
-            INTO all_hooks, term_hooks FROM catalog_state c;
+          SELECT COALESCE((SELECT min(t.hooks) FROM hook_search_terms t WHERE t.lexeme = ANY (pair) HAVING count(*) = 2), 0),
+                 (SELECT t.lexeme FROM hook_search_terms t WHERE t.lexeme = ANY (pair) ORDER BY t.hooks, t.lexeme LIMIT 1)
+            INTO term_hooks, rarer;
+          pair_token := pair[1] || ' ' || pair[2];
           -- A phrase with a stop word between its two words ("wish i knew") matches hooks where
           -- they stand one word apart: when the hooks with them side by side (the only hooks of
           -- one occurrence each that rank higher) are few, they are looked up in the side-by-side
           -- index and the walk fills the page from the tier one word apart instead, where the
           -- side-by-side tier could never fill it and every match would be scored.
-          IF query_gap = 2 AND term_hooks * term_hooks * entries_per_match >= page_size::bigint * all_hooks THEN
+          IF query_gap = 2 AND term_hooks >= 4 * page_size THEN
             SELECT count(*) INTO side_by_side FROM (
-              SELECT 1 FROM hook_search s WHERE hook_search_side_by_side(s.doc) @> ARRAY[pair[1] || ' ' || pair[2]] LIMIT page_size + 1) x;
+              SELECT 1 FROM hook_search s WHERE hook_search_side_by_side(s.doc) @> ARRAY[pair_token] LIMIT page_size + 1) x;
             IF side_by_side <= page_size THEN
               tier_rank := one_apart_rank;
             END IF;
           END IF;
         END IF;
-        -- The tier is at most as common as the rarer word, so even at best a walk reads
-        -- page_size * all_hooks / term_hooks entries to fill the page, while scoring every match
-        -- costs at most term_hooks matches: when that best walk costs more, the walk is skipped.
+        -- Every tier hook holds the rarer word once, so the walk reads the rarer word's postings of
+        -- one occurrence, newest first, and looks each hook's tsvector up: a lookup per entry, about
+        -- what scoring a match costs. When the rarer word is in fewer than four pages' worth of
+        -- hooks, scoring its few matches costs no more than the shortest walk: no walk.
         IF array_length(pair, 1) = 2 AND (after_id IS NULL OR after_k1 >= tier_rank)
-           AND term_hooks * term_hooks * entries_per_match >= page_size::bigint * all_hooks THEN
+           AND term_hooks >= 4 * page_size THEN
           IF after_id IS NOT NULL AND after_k1 > tier_rank THEN
             start_ms := 9223372036854775807;
             start_id := '';
           END IF;
-          -- First a short walk, a probe: as far as filling the page would take if the tier were as
-          -- common as the rarer word (it is at most that common), within a twentieth of a window.
-          -- If the tier showed up there, on as far as the density seen says, when that costs less
-          -- than scoring every match would (up to three times: a density seen in a short walk
-          -- is rough); if not, on to half a window when the matches seen say scoring them all
-          -- would cost more than that.
-          walk_limit := greatest(page_size, least(walk_window / 20, page_size * all_hooks / greatest(term_hooks, 1)));
+          -- First a short walk, a probe of a page of entries; then on as far as the density of the
+          -- tier seen says, when the rest of that walk reads fewer entries than there are matches to
+          -- score.
+          walk_limit := page_size;
           walked := 0;
           matched := 0;
           tier_found := 0;
@@ -186,23 +210,25 @@ export default Effect.gen(function*() {
           page_sorts := '{}';
           walk_ms := start_ms;
           walk_id := start_id;
-          FOR pass IN 1..4 LOOP
-            -- The walk's matches, newest first, read one at a time: it stops at the tier hook that
-            -- fills the page. A next pass goes on from the last match read (the entries after it,
-            -- up to where this walk ended, are read again: fewer than reading where it ended).
+          FOR pass IN 1..8 LOOP
+            -- The walk's entries, newest first, read one at a time: it stops at the tier hook that
+            -- fills the page, and a next pass goes on from the last entry read.
             OPEN walk_rows FOR
-              SELECT v.id, v.sort_ms, ts_rank(v.doc, q) = tier_rank FROM (
-                SELECT s.id, s.sort_ms, s.doc FROM hook_search s
-                 WHERE (s.sort_ms, s.id) < (walk_ms, walk_id)
-                 ORDER BY s.sort_ms DESC, s.id DESC LIMIT walk_limit - walked) v
-               WHERE v.doc @@ q
-               ORDER BY v.sort_ms DESC, v.id DESC;
+              SELECT p.id, p.sort_ms, s.doc @@ q, CASE WHEN s.doc @@ q THEN ts_rank(s.doc, q) = tier_rank ELSE false END
+                FROM (SELECT r.id, r.sort_ms FROM hook_search_postings r
+                       WHERE r.lexeme = rarer AND r.occurrences = 1 AND (r.sort_ms, r.id) < (walk_ms, walk_id)
+                       ORDER BY r.sort_ms DESC, r.id DESC LIMIT walk_limit - walked) p,
+                     LATERAL (SELECT h.doc FROM hook_search h WHERE h.sort_ms = p.sort_ms AND h.id = p.id) s
+               ORDER BY p.sort_ms DESC, p.id DESC;
             LOOP
-              FETCH walk_rows INTO row_id, row_ms, row_tier;
+              FETCH walk_rows INTO row_id, row_ms, row_match, row_tier;
               EXIT WHEN NOT FOUND;
-              matched := matched + 1;
+              walked := walked + 1;
               walk_ms := row_ms;
               walk_id := row_id;
+              IF row_match THEN
+                matched := matched + 1;
+              END IF;
               IF row_tier THEN
                 tier_found := tier_found + 1;
                 page_ids := page_ids || row_id;
@@ -211,18 +237,17 @@ export default Effect.gen(function*() {
               END IF;
             END LOOP;
             CLOSE walk_rows;
-            EXIT WHEN tier_found >= page_size OR pass = 4;
-            walked := walk_limit;
-            estimated_matches := matched * all_hooks / walked;
-            IF tier_found = 0 THEN
-              -- No tier hook in the probe: on to half a window only when scoring every match
-              -- would cost more than that walk (a tier can be dense and still miss 500 entries).
-              EXIT WHEN walked >= walk_window / 2 OR estimated_matches * entries_per_match <= walk_window / 2 - walked;
-              walk_limit := walk_window / 2;
-            ELSE
-              walk_limit := walked * page_size * 3 / (2 * tier_found);
-              EXIT WHEN walk_limit > longest_walk OR walk_limit - walked > estimated_matches * entries_per_match;
-            END IF;
+            -- Filled, or every posting read (the tier holds fewer than a page), or out of passes.
+            EXIT WHEN tier_found >= page_size OR walked < walk_limit OR pass = 8;
+            -- The entries still to read at the density seen, counting one tier hook fewer (a few
+            -- hooks in a short walk say little) and half as many again: on only while that reads
+            -- fewer entries than there are matches to score.
+            EXIT WHEN tier_found <= 1;
+            estimated_matches := matched * term_hooks / walked;
+            walk_limit := walked + (page_size - tier_found) * walked * 3 / (2 * (tier_found - 1));
+            EXIT WHEN walk_limit > longest_walk OR walk_limit - walked > estimated_matches;
+            walk_limit := least(walk_limit, term_hooks);
+            EXIT WHEN walk_limit <= walked;
           END LOOP;
           -- Hooks repeating a word may rank above the tier (and, for the tier one word apart, the
           -- few side by side do): each costs a lookup, so they are scored one by one only when they
@@ -230,12 +255,7 @@ export default Effect.gen(function*() {
           IF tier_found >= page_size THEN
             SELECT count(*) INTO repeaters FROM (
               SELECT 1 FROM hook_search_postings r WHERE r.lexeme = ANY (pair) AND r.occurrences >= 2 LIMIT walk_window / 5 + 1) x;
-            IF repeaters > 0 AND repeaters <= walk_window / 5 THEN
-              -- The walk's length, for the density of matches: counted only now that it matters.
-              SELECT count(*) INTO walked FROM hook_search s
-               WHERE (s.sort_ms, s.id) < (start_ms, start_id) AND (s.sort_ms, s.id) >= (page_sorts[tier_found], page_ids[tier_found]);
-            END IF;
-            IF repeaters = 0 OR (repeaters <= walk_window / 5 AND repeaters * 4 <= matched * all_hooks / greatest(walked, 1)) THEN
+            IF repeaters = 0 OR (repeaters <= walk_window / 5 AND repeaters * 4 <= matched * term_hooks / greatest(walked, 1)) THEN
               RETURN QUERY
                 SELECT p.id, p.rank, p.sort_ms FROM (
                   (SELECT a.id, a.rank, a.sort_ms FROM (
@@ -243,13 +263,14 @@ export default Effect.gen(function*() {
                        FROM (SELECT r.id FROM hook_search_postings r WHERE r.lexeme = ANY (pair) AND r.occurrences >= 2
                               UNION
                               SELECT s.id FROM hook_search s
-                               WHERE tier_rank < adjacent_rank AND hook_search_side_by_side(s.doc) @> ARRAY[pair[1] || ' ' || pair[2]]) c,
+                               WHERE tier_rank < adjacent_rank AND hook_search_side_by_side(s.doc) @> ARRAY[pair_token]) c,
                             LATERAL (SELECT s.id, s.doc, s.sort_ms FROM hook_search s WHERE s.id = c.id OFFSET 0) h
                       WHERE h.doc @@ q) a
-                    WHERE a.rank > tier_rank
+                    WHERE a.rank >= tier_rank
                       AND (a.rank, a.sort_ms, a.id) < (COALESCE(after_k1, 'Infinity'::real), COALESCE(after_k2, 9223372036854775807), COALESCE(after_id, ''))
                     ORDER BY a.rank DESC, a.sort_ms DESC, a.id DESC LIMIT page_size)
-                  UNION ALL
+                  -- A repeater can rank exactly as the tier, and be in both lists: UNION keeps it once.
+                  UNION
                   SELECT u.id, tier_rank, u.sort_ms FROM unnest(page_ids, page_sorts) AS u(id, sort_ms)
                 ) p
                 ORDER BY p.rank DESC, p.sort_ms DESC, p.id DESC LIMIT page_size;
