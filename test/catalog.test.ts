@@ -424,6 +424,27 @@ describe("pagination", () => {
     }
   })
 
+  test("two words whose side-by-side tier sits behind newer hooks with the words far apart keep ts_rank order", async () => {
+    const texts: Array<HookRecord> = []
+    // The newest 30 hooks hold both words far apart but one, the fifth newest: a walk's first entries find one tier hook or none.
+    for (let i = 0; i < 30; i++) {
+      const text = i === 25 ? `Brindlemoss quorvane among the newest ${i}` : `Brindlemoss and then quite far from the quorvane ${i}`
+      texts.push(hook({ text, published_at: day(100 + i) }))
+    }
+    for (let i = 0; i < 40; i++) texts.push(hook({ text: `Brindlemoss quorvane side by side ${i}`, published_at: day(i % 13) }))
+    for (let i = 0; i < 4; i++) texts.push(hook({ text: `Quorvane brindlemoss brindlemoss repeated ${i}`, published_at: day(i) }))
+    await insert(texts)
+    const q = "brindlemoss quorvane"
+    const expected = await rankedByTsRank(q)
+    expect(expected).toHaveLength(74)
+    // Page sizes whose first entries of the walk hold one tier hook or none, and small walk windows.
+    for (const [pageSize, walkWindow] of [[3, 10_000], [5, 10_000], [7, 10_000], [10, 10_000], [17, 10_000], [7, 8], [5, 3]] as const) {
+      expect(await searchFunctionPages(q, pageSize, walkWindow)).toEqual(expected)
+    }
+    const pages = await walk(() => search(q), (cursor) => search(q, cursor))
+    expect(pages.flat()).toEqual(expected)
+  })
+
   test("the side-by-side index lists each pair of different words at adjacent positions once, in sorting order", async () => {
     const pairs = async (text: string) =>
       (await server.db.query<{ pairs: Array<string> }>("SELECT hook_search_side_by_side(to_tsvector('english', $1)) AS pairs", [text])).rows[0].pairs
