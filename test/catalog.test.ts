@@ -111,6 +111,15 @@ const searchFunctionPages = async (q: string, pageSize: number, walkWindow: numb
   }
 }
 
+/** q's `count` matches come in ts_rank's order from hook_search_page at each page size and walk window, and over HTTP. */
+const expectTsRankOrder = async (q: string, count: number, sizesAndWindows: ReadonlyArray<readonly [number, number]>) => {
+  const expected = await rankedByTsRank(q)
+  expect(expected).toHaveLength(count)
+  for (const [pageSize, walkWindow] of sizesAndWindows) expect(await searchFunctionPages(q, pageSize, walkWindow)).toEqual(expected)
+  const pages = await walk(() => search(q), (cursor) => search(q, cursor))
+  expect(pages.flat()).toEqual(expected)
+}
+
 /** A fresh account whose balances and journal prove what was (not) charged. */
 const freshAccount = async (credits = 100) => server.account({ plan: "enterprise", monthly_balance: credits })
 
@@ -391,13 +400,7 @@ describe("pagination", () => {
     for (let i = 0; i < 20; i++) texts.push(hook({ text: `Velvetine and the plumcake ${"x ".repeat(i % 4)}${i}`, published_at: i % 5 === 0 ? null : day(i) }))
     await insert(texts)
     for (const q of ["plumcake velvetine", "velvetine plumcakes"]) {
-      const expected = await rankedByTsRank(q)
-      expect(expected).toHaveLength(94)
-      for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 60], [7, 20], [20, 10_000], [51, 10_000], [3, 5], [3, 2], [1_000, 10_000]] as const) {
-        expect(await searchFunctionPages(q, pageSize, walkWindow)).toEqual(expected)
-      }
-      const pages = await walk(() => search(q), (cursor) => search(q, cursor))
-      expect(pages.flat()).toEqual(expected)
+      await expectTsRankOrder(q, 94, [[7, 10_000], [7, 300], [7, 60], [7, 20], [20, 10_000], [51, 10_000], [3, 5], [3, 2], [1_000, 10_000]])
     }
   })
 
@@ -414,13 +417,7 @@ describe("pagination", () => {
     await insert(texts)
     // Page sizes under and over the 4 hooks side by side: the walk of the tier one apart, and the walk of the side-by-side tier.
     for (const q of ["quillworth to zandrel", "Zandrel I quillworths", "quillworth zandrel"]) {
-      const expected = await rankedByTsRank(q)
-      expect(expected).toHaveLength(86)
-      for (const [pageSize, walkWindow] of [[7, 10_000], [7, 300], [7, 40], [5, 20], [3, 10_000], [20, 10_000], [51, 10_000], [3, 2], [1_000, 10_000]] as const) {
-        expect(await searchFunctionPages(q, pageSize, walkWindow)).toEqual(expected)
-      }
-      const pages = await walk(() => search(q), (cursor) => search(q, cursor))
-      expect(pages.flat()).toEqual(expected)
+      await expectTsRankOrder(q, 86, [[7, 10_000], [7, 300], [7, 40], [5, 20], [3, 10_000], [20, 10_000], [51, 10_000], [3, 2], [1_000, 10_000]])
     }
   })
 
@@ -434,15 +431,8 @@ describe("pagination", () => {
     for (let i = 0; i < 40; i++) texts.push(hook({ text: `Brindlemoss quorvane side by side ${i}`, published_at: day(i % 13) }))
     for (let i = 0; i < 4; i++) texts.push(hook({ text: `Quorvane brindlemoss brindlemoss repeated ${i}`, published_at: day(i) }))
     await insert(texts)
-    const q = "brindlemoss quorvane"
-    const expected = await rankedByTsRank(q)
-    expect(expected).toHaveLength(74)
     // Page sizes whose first entries of the walk hold one tier hook or none, and small walk windows.
-    for (const [pageSize, walkWindow] of [[3, 10_000], [5, 10_000], [7, 10_000], [10, 10_000], [17, 10_000], [7, 8], [5, 3]] as const) {
-      expect(await searchFunctionPages(q, pageSize, walkWindow)).toEqual(expected)
-    }
-    const pages = await walk(() => search(q), (cursor) => search(q, cursor))
-    expect(pages.flat()).toEqual(expected)
+    await expectTsRankOrder("brindlemoss quorvane", 74, [[3, 10_000], [5, 10_000], [7, 10_000], [10, 10_000], [17, 10_000], [7, 8], [5, 3]])
   })
 
   test("the side-by-side index lists each pair of different words at adjacent positions once, in sorting order", async () => {
